@@ -1,0 +1,40 @@
+# Entry points for people and CI. Everything runs inside .venv, which this
+# Makefile creates and keeps in step with pyproject.toml.
+
+PYTHON ?= python3
+SIM ?= verilator
+VENV := .venv
+BIN := $(VENV)/bin
+# Rewritten after each successful install, so a change to pyproject.toml
+# (or a deleted .venv) triggers exactly one reinstall.
+STAMP := $(VENV)/.fabricsim-installed
+# The editable install maps only the top-level packages present when it
+# ran; a package that appears later needs one reinstall to be importable.
+PACKAGES := $(wildcard hdl/__init__.py sim/__init__.py testbenches/__init__.py)
+
+export FABRICSIM_SIM := $(SIM)
+
+.PHONY: venv report test soak clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml $(PACKAGES)
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+	  { echo "fabricsim needs Python 3.11 or newer; run e.g. 'make PYTHON=python3.11'" >&2; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --disable-pip-version-check -q -e .
+	touch $@
+
+report: venv
+	$(BIN)/fabricsim run all
+	$(BIN)/fabricsim report
+
+test: venv
+	$(BIN)/pytest -q
+
+# pytest exits 5 when no test is marked slow; that is not a failure.
+soak: venv
+	$(BIN)/pytest -q -m slow || test $$? -eq 5
+
+clean:
+	rm -rf build results

@@ -1,0 +1,1 @@
+"""Building blocks shared by every fabric: flits, credit links, arbiters, switches."""

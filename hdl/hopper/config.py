@@ -1,0 +1,211 @@
+"""Typed configuration of the Hopper DSM fabric and its experiments.
+
+One frozen dataclass holds every parameter a user may set.  Each default is
+the seed's model and cites its section of seed 000
+(``000_8cf2435219a2167b.txt``).  Fields marked ``structural`` shape the RTL
+and key the Verilog build cache; the others are written into the running
+model's registers, so changing them needs no rebuild.
+"""
+
+import dataclasses
+from dataclasses import dataclass, field
+
+__all__ = ["DsmConfig", "STRUCTURAL", "slot_of", "cpc_of", "tpc_of", "eg_of"]
+
+SEED = "000_8cf2435219a2167b.txt"
+
+
+def _hw(default, source):
+    return field(default=default, metadata={"structural": True, "source": source})
+
+
+def _run(default, source):
+    return field(default=default, metadata={"structural": False, "source": source})
+
+
+@dataclass(frozen=True)
+class DsmConfig:
+    """Every parameter of the GPC DSM model.
+
+    Units are in the names: ``_bytes`` bytes, ``_cycles`` SM clock cycles,
+    ``_flits`` flits of ``flit_bytes``.  Construct with keywords; invalid
+    values raise :class:`ValueError` naming the field and the allowed values.
+    """
+
+    # --- structure (seed 000, "Ingress and Egress Are Organized Differently")
+    cpcs: int = _hw(3, f"{SEED}: 3 CPC x 3 TPC x 2 SM hierarchy (Patent Fig. 21A-21D)")
+    tpcs_per_cpc: int = _hw(3, f"{SEED}: 3 CPC x 3 TPC x 2 SM hierarchy")
+    sms_per_tpc: int = _hw(2, f"{SEED}: 3 CPC x 3 TPC x 2 SM hierarchy")
+    flit_bytes: int = _hw(32, f"{SEED}: 'A 32-Byte Lane with a 2/3 Per-SM Allocation'")
+    # --- injection shaper (seed 000, "A 32-Byte Lane with a 2/3 Per-SM Allocation")
+    shaper_flits: int = _run(2, f"{SEED}: hard limiter at 4/6 of a 32 B lane: 2 flits ...")
+    shaper_cycles: int = _run(3, f"{SEED}: ... per 3 cycles (four lanes shared by six SMs)")
+    vc_policy: str = _run("round_robin", f"{SEED}: request and response VCs share the lane; "
+                                         "'round_robin' or 'response_first'")
+    # --- packets (seed 000, "Why Bidirectional Reads Lose About One Quarter",
+    #     "What NVIDIA's Patent Tells Us")
+    read_response_bytes: int = _run(128, f"{SEED}: 128 B read-response quantum, four 32 B flits")
+    store_packet_bytes: int = _run(512, f"{SEED}: long write = command flit + data flits; a "
+                                        "warp-wide st.shared::cluster.v4.b32 carries 512 B")
+    tma_command_bytes: int = _run(16384, f"{SEED}: 'TMA divides a tile into commands of at most "
+                                         "16 KiB'")
+    # --- endpoint resources (seed 000: 'outstanding transaction counters'; their depths and
+    #     the read turnaround are not disclosed and are inferred from experiment A)
+    max_outstanding_reads: int = _run(6, f"{SEED}: outstanding-transaction counters "
+                                         "(depth inferred)")
+    max_unacked_store_flits: int = _run(64, f"{SEED}: outstanding-transaction counters "
+                                            "(depth inferred)")
+    ack_threshold_flits: int = _run(24, f"{SEED}: ACKs coalesced until a threshold or idle bus "
+                                        "(threshold inferred)")
+    read_turnaround_cycles: int = _run(8, f"{SEED}: cycles from a read command's arrival at "
+                                          "the target SM to its first shared-memory read "
+                                          "(inferred)")
+    responder_queue: int = _hw(16, f"{SEED}: read commands queued at the target SM (depth "
+                                   "inferred)")
+    link_buffer_flits: int = _hw(4, f"{SEED}: per-hop credit depth is not disclosed; 4 covers the "
+                                    "credit loop")
+    smem_bytes: int = _hw(200 * 1024, f"{SEED}: 'Each CTA allocates 200 KiB of dynamic shared memory'")
+    watchdog_cycles: int = _hw(20000, "no progress for this many cycles ends a run as stuck")
+    # --- run-time settings
+    cluster_size: int = _run(2, f"{SEED}: one thread-block cluster of 1..16 CTAs")
+    placement: tuple = _run((), "rank r on SM slot placement[r]; empty: rank r on slot r "
+                                 "(CPC-major, then TPC, then SM)")
+    gx_planes: str = _run("gx0,gx1", f"{SEED}: 'firmware may shut down one plane'")
+    payload_kib: tuple = _run((16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96),
+                              f"{SEED}: 'sweeps a single unique-address tile from 16 to 96 KiB'")
+    sm_clock_ghz: float = _run(1.785, f"{SEED}: 'approximately 1.785-GHz maximum SM clock'")
+    data_seed: int = _hw(0x1A5, "pattern seed of the payload data (9 bits)")
+
+    def __post_init__(self):
+        def need(name, ok, allowed):
+            if not ok:
+                raise ValueError(f"{name} must be {allowed}, not {getattr(self, name)!r}")
+
+        for name in ("cpcs", "tpcs_per_cpc", "sms_per_tpc", "shaper_flits", "shaper_cycles",
+                     "max_outstanding_reads", "max_unacked_store_flits", "ack_threshold_flits",
+                     "responder_queue", "link_buffer_flits", "watchdog_cycles"):
+            value = getattr(self, name)
+            need(name, isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+                 "a positive integer")
+        need("cpcs", self.cpcs == 3, "3 (the GPC has three CPCs)")
+        need("sms_per_tpc", self.sms_per_tpc == 2, "2 (one SM per egress block of a CPC)")
+        need("tpcs_per_cpc", self.tpcs_per_cpc == 3,
+             "3 (a GPCARB egress block fans out to three SMs)")
+        need("flit_bytes", self.flit_bytes in (16, 32, 64), "one of 16, 32, 64")
+        need("shaper_flits", self.shaper_flits <= self.shaper_cycles,
+             f"at most shaper_cycles ({self.shaper_cycles})")
+        need("shaper_cycles", self.shaper_cycles <= 15, "an integer from 1 to 15")
+        need("max_outstanding_reads", self.max_outstanding_reads <= 255, "an integer from 1 to 255")
+        need("max_unacked_store_flits", self.max_unacked_store_flits <= 65535,
+             "an integer from 1 to 65535")
+        need("ack_threshold_flits", self.ack_threshold_flits <= 65535, "an integer from 1 to 65535")
+        need("read_turnaround_cycles", isinstance(self.read_turnaround_cycles, int)
+             and 0 <= self.read_turnaround_cycles <= 255, "an integer from 0 to 255")
+        for name in ("read_response_bytes", "store_packet_bytes", "tma_command_bytes"):
+            value = getattr(self, name)
+            need(name, isinstance(value, int) and value >= self.flit_bytes
+                 and value % self.flit_bytes == 0,
+                 f"a positive multiple of flit_bytes ({self.flit_bytes})")
+        need("read_response_bytes", self.read_response_bytes // self.flit_bytes <= 8,
+             f"at most 8 flits ({8 * self.flit_bytes} B)")
+        for name in ("store_packet_bytes", "tma_command_bytes"):
+            need(name, getattr(self, name) // self.flit_bytes <= 2048,
+                 f"at most 2048 flits ({2048 * self.flit_bytes} B)")
+        need("smem_bytes", isinstance(self.smem_bytes, int) and self.smem_bytes >= 1024
+             and self.smem_bytes % self.flit_bytes == 0 and self.smem_bytes <= 256 * 1024,
+             f"a multiple of flit_bytes ({self.flit_bytes}) from 1024 to 262144")
+        need("cluster_size", isinstance(self.cluster_size, int)
+             and 1 <= self.cluster_size <= 16, "an integer from 1 to 16")
+        placement = tuple(self.placement)
+        object.__setattr__(self, "placement", placement)
+        if placement:
+            need("placement", len(placement) == self.cluster_size,
+                 f"{self.cluster_size} slots (one per rank of cluster_size)")
+            need("placement", all(isinstance(s, int) and 0 <= s < self.n_slots
+                                  for s in placement), f"slots from 0 to {self.n_slots - 1}")
+            need("placement", len(set(placement)) == len(placement),
+                 "distinct slots (one CTA of 200 KiB per SM)")
+        need("vc_policy", self.vc_policy in ("round_robin", "response_first"),
+             "one of 'round_robin', 'response_first'")
+        planes = self.plane_enable
+        need("gx_planes", planes != 0, "one of 'gx0,gx1', 'gx0', 'gx1' (at least one plane on)")
+        object.__setattr__(self, "payload_kib", tuple(self.payload_kib))
+        need("payload_kib", len(self.payload_kib) >= 2 and len(set(self.payload_kib)) >= 2,
+             "at least two distinct sizes")
+        for kib in self.payload_kib:
+            need("payload_kib", isinstance(kib, (int, float)) and kib > 0
+                 and (kib * 1024) % 16 == 0 and kib * 1024 <= self.smem_bytes,
+                 f"sizes in KiB that are multiples of 16 B and at most smem_bytes "
+                 f"({self.smem_bytes} B)")
+        need("sm_clock_ghz", isinstance(self.sm_clock_ghz, (int, float))
+             and 0 < self.sm_clock_ghz < 10, "a clock in GHz between 0 and 10")
+        need("data_seed", isinstance(self.data_seed, int) and 0 <= self.data_seed < 512,
+             "an integer from 0 to 511")
+
+    # --- derived quantities -------------------------------------------------
+    @property
+    def n_slots(self):
+        """SM slots in the GPC (18)."""
+        return self.cpcs * self.tpcs_per_cpc * self.sms_per_tpc
+
+    @property
+    def ranks(self):
+        """Tuple of SM slots, one per cluster rank."""
+        return self.placement or tuple(range(self.cluster_size))
+
+    @property
+    def plane_enable(self):
+        """Bit mask of enabled GX planes (bit p: GXp on)."""
+        names = {"gx0,gx1": 3, "gx1,gx0": 3, "gx0": 1, "gx1": 2}
+        return names.get(str(self.gx_planes).replace(" ", ""), 0)
+
+    @property
+    def smem_words(self):
+        """Shared memory per SM in flit-sized words."""
+        return self.smem_bytes // self.flit_bytes
+
+    def hardware(self):
+        """This configuration with every run-time field at its default.
+
+        Two configurations with equal ``hardware()`` share one Verilog build.
+        """
+        defaults = DsmConfig()
+        return dataclasses.replace(self, **{f.name: getattr(defaults, f.name)
+                                            for f in dataclasses.fields(self)
+                                            if not f.metadata.get("structural")})
+
+    def structural(self):
+        """Tuple of (name, value) of the fields that shape the RTL (build-cache key)."""
+        return tuple((f.name, getattr(self, f.name)) for f in dataclasses.fields(self)
+                     if f.metadata.get("structural"))
+
+
+STRUCTURAL = tuple(f.name for f in dataclasses.fields(DsmConfig) if f.metadata.get("structural"))
+
+
+def slot_of(cpc, tpc, sm, cfg=None):
+    """SM slot index of (cpc, tpc, sm): CPC-major, then TPC, then SM (0..17)."""
+    cfg = cfg or DsmConfig()
+    return (cpc * cfg.tpcs_per_cpc + tpc) * cfg.sms_per_tpc + sm
+
+
+def cpc_of(slot, cfg=None):
+    """CPC of an SM slot."""
+    cfg = cfg or DsmConfig()
+    return slot // (cfg.tpcs_per_cpc * cfg.sms_per_tpc)
+
+
+def tpc_of(slot, cfg=None):
+    """TPC (within its CPC) of an SM slot."""
+    cfg = cfg or DsmConfig()
+    return (slot // cfg.sms_per_tpc) % cfg.tpcs_per_cpc
+
+
+def eg_of(slot, cfg=None):
+    """GPCARB egress block (0 or 1, within the CPC) that delivers to an SM slot.
+
+    The two SMs of a TPC land on different egress blocks (seed 000, "Ingress
+    and Egress Are Organized Differently": SM0 on EG0, SM1 on EG1).
+    """
+    cfg = cfg or DsmConfig()
+    return slot % cfg.sms_per_tpc

@@ -1,0 +1,110 @@
+"""Per-SM injection shaper (seed 000, "A 32-Byte Lane with a 2/3 Per-SM Allocation").
+
+The seed's measurements point to a hard, non-work-conserving limiter on the
+SM's injection path set to 4/6 of one 32 B lane: one SM reaches about
+21.3 B/cycle even when the rest of its CPC is idle, and cold bursts reveal
+no material rate above it ("a very small hidden bucket remains possible").
+"""
+
+from amaranth import Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..common.arbiter import RoundRobin
+from ..common.credit import CreditCounter, CreditLink
+from ..common.flit import VC
+
+__all__ = ["InjectionShaper"]
+
+
+class InjectionShaper(wiring.Component):
+    """Shapes an SM's outgoing flits to ``i_flits`` per ``i_cycles`` (default 2 per 3).
+
+    A token count grows by ``flits`` each cycle up to ``flits + cycles - 1``;
+    sending a flit costs ``cycles`` tokens.  Under steady demand this gives
+    exactly ``flits`` flits in every ``cycles`` cycles; after idling it allows
+    at most two flits back to back (the small bucket the seed leaves open).
+    Between the two VCs it alternates round-robin, or with ``i_response_first``
+    always prefers the non-blocking response VC; a VC is eligible only while
+    the next hop (TPC arbiter) holds a credit for it.
+
+    Clock: SM clock (``sync``).
+
+    Parameters
+    ----------
+    flit_layout : StructLayout
+        Flit layout (32 B data by default).
+    credits : int
+        Next hop's buffer depth per VC, in flits.
+
+    Members
+    -------
+    i_flits, i_cycles : In(4), In(4)
+        Shaping ratio, 1 <= flits <= cycles <= 15 (run-time setting).
+    i_response_first : In(1)
+        VC policy: 0 round-robin, 1 response VC first (run-time setting).
+    i_req, i_rsp : In(stream.Signature(flit_layout))
+        Request-VC and response-VC flits from the SM endpoint.
+    o : Out(CreditLink(flit_layout))
+        Injection link to the TPC arbiter.
+    o_flits : Out(32)
+        Flits injected since reset.
+    o_stalls : Out(32)
+        Cycles with a flit waiting but none sent (shaper or credit), since reset.
+
+    Raises
+    ------
+    ValueError
+        If ``credits`` is not a positive integer.
+    """
+
+    def __init__(self, *, flit_layout, credits):
+        if not isinstance(credits, int) or credits < 1:
+            raise ValueError(f"credits must be a positive integer, not {credits!r}")
+        self.credits = credits
+        super().__init__({
+            "i_flits": In(4, init=2), "i_cycles": In(4, init=3), "i_response_first": In(1),
+            "i_req": In(stream.Signature(flit_layout)),
+            "i_rsp": In(stream.Signature(flit_layout)),
+            "o": Out(CreditLink(flit_layout)),
+            "o_flits": Out(32),
+            "o_stalls": Out(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cap = Signal(5)
+        m.d.comb += cap.eq(self.i_flits + self.i_cycles - 1)
+        tokens = Signal(5)
+        grown = Signal(6)
+        m.d.comb += grown.eq(tokens + self.i_flits)
+
+        m.submodules.credits = credits = CreditCounter(depth=self.credits)
+        m.submodules.arb = arb = RoundRobin(2)
+        m.d.comb += credits.i_return.eq(self.o.credit)
+        inputs = {VC.REQ: self.i_req, VC.RSP: self.i_rsp}
+        allowed = Signal()
+        m.d.comb += allowed.eq(tokens >= self.i_cycles)
+        eligible = {vc: allowed & port.valid & credits.o_avail[vc] for vc, port in inputs.items()}
+        for vc, port in inputs.items():
+            block = self.i_response_first & eligible[VC.RSP] if vc == VC.REQ else 0
+            m.d.comb += arb.requests[vc].eq(eligible[vc] & ~block)
+            m.d.comb += port.ready.eq(arb.grant[vc])
+            m.d.comb += credits.i_take[vc].eq(arb.grant[vc])
+
+        m.d.sync += self.o.valid.eq(arb.valid)
+        with m.If(arb.grant[VC.RSP]):
+            m.d.sync += self.o.flit.eq(self.i_rsp.payload)
+        with m.Else():
+            m.d.sync += self.o.flit.eq(self.i_req.payload)
+
+        # Check before refill: a send needs `cycles` tokens; each cycle adds `flits`.
+        left = Signal(6)
+        m.d.comb += left.eq(grown - Mux(arb.valid, self.i_cycles, 0))
+        m.d.sync += tokens.eq(Mux(left > cap, cap, left))
+        with m.If(arb.valid):
+            m.d.sync += self.o_flits.eq(self.o_flits + 1)
+        with m.Elif(self.i_req.valid | self.i_rsp.valid):
+            m.d.sync += self.o_stalls.eq(self.o_stalls + 1)
+        return m
+

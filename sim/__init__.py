@@ -1,0 +1,1 @@
+"""Build cache, cocotb runner, experiments, fits and reports for fabricsim."""

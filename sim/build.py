@@ -1,0 +1,230 @@
+"""Verilog generation with a content-addressed build cache.
+
+Amaranth emits no Verilog parameters, so every configuration of a fabric is
+its own Verilog file. Each file lives in ``<build_root>/<name>-<hash12>/``,
+where the hash covers everything that can change the generated text: the
+configuration, the RTL sources under the ``hdl`` package, the module that
+defines the component factory, the Amaranth version and this module's own
+post-processing of Yosys's output. A file that is already there is reused
+as is, which also lets the simulator builds keyed on that folder be reused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.util
+import inspect
+import os
+import re
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["config_hash", "generate_verilog"]
+
+_HASH_CHARS = 12
+
+
+def _hdl_sources() -> dict[str, Path]:
+    spec = importlib.util.find_spec("hdl")
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    files: dict[str, Path] = {}
+    for location in spec.submodule_search_locations:
+        root = Path(location).resolve()
+        for path in root.rglob("*.py"):
+            # Keyed by the path inside the package, so a checkout in another
+            # folder hashes the same and a moved file changes the hash.
+            files[f"hdl/{path.relative_to(root).as_posix()}"] = path
+    return files
+
+
+def _factory_source(component_factory: Callable[[Any], Any]) -> Path | None:
+    # A component defined outside hdl/ (a test's own design, say) would not
+    # be covered by the hdl/ sources, so its defining file joins the hash.
+    try:
+        source = inspect.getsourcefile(component_factory)
+    except TypeError:
+        return None
+    return Path(source).resolve() if source else None
+
+
+def config_hash(config: Any, component_factory: Callable[[Any], Any] | None = None) -> str:
+    """Hash of everything that determines the Verilog for a configuration.
+
+    Covered: the Amaranth version, this module's source (it post-processes
+    the Verilog), the configuration's type and ``repr``, every ``.py`` file
+    under the ``hdl`` package (by path inside it and content), and the file
+    defining `component_factory` if that is outside ``hdl``. Editing any of
+    them gives a new hash, hence a rebuild.
+
+    Parameters
+    ----------
+    config : frozen dataclass instance
+        The configuration; its type's qualified name and its ``repr`` are
+        hashed, so its ``repr`` must be deterministic across processes
+        (avoid sets of strings, whose order changes with hash seeding).
+    component_factory : callable, optional
+        The factory that will build the component; the source file that
+        defines it is hashed too, when it is outside the ``hdl`` package.
+
+    Returns
+    -------
+    str
+        Hex SHA-256 digest (64 characters).
+
+    Raises
+    ------
+    TypeError
+        If `config` is not an instance of a frozen dataclass.
+    """
+    if not (
+        dataclasses.is_dataclass(config)
+        and not isinstance(config, type)
+        and type(config).__dataclass_params__.frozen
+    ):
+        raise TypeError(
+            f"config must be an instance of a frozen dataclass, not {type(config).__qualname__}"
+        )
+    import amaranth
+
+    digest = hashlib.sha256()
+
+    def add(label: str, data: bytes) -> None:
+        # Length-prefixed fields, so no two different inputs concatenate
+        # to the same byte string.
+        for part in (label.encode(), data):
+            digest.update(len(part).to_bytes(8, "little"))
+            digest.update(part)
+
+    add("amaranth", amaranth.__version__.encode())
+    # This file rewrites Yosys's output, so its own text shapes the Verilog.
+    add("sim/build.py", Path(__file__).read_bytes())
+    config_type = type(config)
+    add("config", f"{config_type.__module__}.{config_type.__qualname__}:{config!r}".encode())
+    sources = _hdl_sources()
+    if component_factory is not None:
+        extra = _factory_source(component_factory)
+        if extra is not None and extra not in sources.values():
+            sources[f"factory/{extra.name}"] = extra
+    for label in sorted(sources):
+        add(label, sources[label].read_bytes())
+    return digest.hexdigest()
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    # A unique name per writer, so two processes generating the same
+    # configuration never write into one temporary file; "x" mode keeps the
+    # usual umask permissions (mkstemp would make the file private).
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        with open(tmp, "x", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+_CONSTANT_PROCESS = re.compile(
+    r"^(\s*)always @\*\n(\s+[^\n=;]+ = \d+'[bdh][0-9a-fA-F_]+;)$", re.MULTILINE)
+
+
+def settle_constant_processes(text: str) -> str:
+    """Turn ``always @*`` blocks that only assign a constant into ``initial`` blocks.
+
+    Yosys writes a comb assignment of a constant to some bits of a variable as
+    an ``always @*`` with an empty sensitivity list.  Such a block never runs
+    (Verilator warns ALWNEVER and leaves the bits at zero; Icarus never wakes
+    it), so e.g. a constant source-slot field would read as 0.  Nothing else
+    writes those bits, so setting them once at time zero is the intended
+    meaning.
+    """
+    return _CONSTANT_PROCESS.sub(r"\1initial\n\2", text)
+
+
+_ZERO_MEMORY_INIT = re.compile(
+    r"^  initial begin\n(?:    [A-Za-z_][\w$]*\[\d+\] = \d+'h0+;\n)+  end\n", re.MULTILINE)
+
+
+def drop_zero_memory_init(text: str) -> str:
+    """Remove the per-word zero initialisation Yosys writes for every memory.
+
+    Amaranth memories always carry an initial value; a 200 KiB shared memory
+    becomes 6,400 ``initial`` assignments, which multiply the simulator's C++
+    and its compile time.  Simulators start memories at zero (Verilator with
+    ``--x-initial fast``) or X (Icarus), and the models write every word they
+    read (the fill phase), so the lines carry no meaning.
+    """
+    return _ZERO_MEMORY_INIT.sub("", text)
+
+
+def generate_verilog(
+    component_factory: Callable[[Any], Any],
+    config: Any,
+    name: str,
+    build_root: Path = Path("build"),
+) -> Path:
+    """Generate (or reuse) the Verilog for one configuration of a component.
+
+    Parameters
+    ----------
+    component_factory : callable
+        Called as ``component_factory(config)``; must return an Amaranth
+        ``wiring.Component``, whose signature gives the Verilog ports
+        (member paths joined with ``__``, e.g. ``o__payload``).
+    config : frozen dataclass instance
+        The configuration; see :func:`config_hash` for what is hashed.
+    name : str
+        Verilog module name of the top level, also the file's stem and the
+        build folder's prefix. Must be a plain Verilog identifier.
+    build_root : pathlib.Path, default ``Path("build")``
+        Folder holding all build folders; relative paths are taken from the
+        current directory.
+
+    Returns
+    -------
+    pathlib.Path
+        Absolute path of ``<build_root>/<name>-<hash12>/<name>.v``. If that
+        file already exists it is returned untouched (cache hit).
+
+    Raises
+    ------
+    TypeError
+        If `config` is not a frozen dataclass instance, or the factory does
+        not return a ``wiring.Component``.
+    ValueError
+        If `name` is not a valid Verilog identifier.
+    amaranth.back.verilog.YosysError
+        If Yosys fails to convert the design.
+    """
+    if not (name.isidentifier() and name.isascii()):
+        raise ValueError(f"name must be a Verilog identifier such as 'gpc_dsm', not {name!r}")
+    digest = config_hash(config, component_factory)
+    out_dir = Path(build_root).resolve() / f"{name}-{digest[:_HASH_CHARS]}"
+    out_path = out_dir / f"{name}.v"
+    if out_path.is_file():
+        return out_path
+
+    # Imported late: loading Amaranth's back end is not needed on a cache hit.
+    from amaranth.back import verilog
+    from amaranth.lib import wiring
+
+    component = component_factory(config)
+    if not isinstance(component, wiring.Component):
+        raise TypeError(
+            f"component_factory must return an amaranth.lib.wiring.Component, "
+            f"not {type(component).__qualname__}"
+        )
+    text = drop_zero_memory_init(settle_constant_processes(
+        verilog.convert(component, name=name, emit_src=False)))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    # The repr is kept beside the Verilog so a build folder can be traced
+    # back to its configuration without recomputing hashes.
+    _write_atomically(out_dir / "config.txt", f"{type(config).__qualname__}: {config!r}\n")
+    _write_atomically(out_path, text)
+    return out_path

@@ -1,0 +1,224 @@
+"""``fabricsim``: list, run and report the fabrics' experiments.
+
+    fabricsim list
+    fabricsim run NAME... [--set FIELD=VALUE]... [--sim verilator|icarus] [--waves]
+    fabricsim report
+
+NAME is a fabric (``dsm``), one experiment (``dsm.one_way``) or ``all``.
+``--set`` overrides any field of the fabric's configuration for a what-if;
+structural fields rebuild the RTL (cached by configuration), run-time fields
+only change the registers written per run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["main", "parse_overrides", "resolve_names"]
+
+FABRICS = ("dsm",)
+
+
+class UsageError(ValueError):
+    """Bad command-line input; the message names the field and what is allowed."""
+
+
+def _experiments(fabric):
+    from sim.experiments import dsm
+    return {"dsm": dsm.EXPERIMENTS}[fabric]
+
+
+def resolve_names(names):
+    """Expand ``all``, fabric names and ``fabric.experiment`` into (fabric, experiment) pairs.
+
+    Raises
+    ------
+    UsageError
+        On an unknown fabric or experiment, naming the allowed values.
+    """
+    out = []
+    for name in names:
+        if name == "all":
+            out += [(f, e) for f in FABRICS for e in _experiments(f)]
+            continue
+        fabric, _, experiment = name.partition(".")
+        if fabric not in FABRICS:
+            raise UsageError(f"NAME must start with one of {', '.join(FABRICS)} or be 'all', "
+                             f"not {name!r}")
+        known = _experiments(fabric)
+        if not experiment:
+            out += [(fabric, e) for e in known]
+        elif experiment in known:
+            out.append((fabric, experiment))
+        else:
+            raise UsageError(f"experiment must be one of {', '.join(known)}, not {experiment!r}")
+    return list(dict.fromkeys(out))
+
+
+def parse_overrides(config_cls, items):
+    """Apply ``FIELD=VALUE`` strings to a default ``config_cls`` and validate it.
+
+    Values are parsed by the field's default's type: integers (``0x`` allowed),
+    floats, strings, and comma-separated tuples of numbers.
+
+    Raises
+    ------
+    UsageError
+        On a malformed item, an unknown field, an unparsable value, or a value
+        the configuration rejects.
+    """
+    fields = {f.name: f for f in dataclasses.fields(config_cls)}
+    defaults = config_cls()
+    changes = {}
+    for item in items:
+        name, eq, text = item.partition("=")
+        if not eq:
+            raise UsageError(f"--set takes FIELD=VALUE, not {item!r}")
+        if name not in fields:
+            raise UsageError(f"--set field must be one of {', '.join(fields)}, not {name!r}")
+        default = getattr(defaults, name)
+        try:
+            if isinstance(default, tuple):
+                parts = [p for p in text.replace(" ", "").split(",") if p]
+                value = tuple(_number(p) for p in parts)
+            elif isinstance(default, bool):
+                value = text.lower() in ("1", "true", "yes", "on")
+            elif isinstance(default, int):
+                value = int(text, 0)
+            elif isinstance(default, float):
+                value = float(text)
+            else:
+                value = text
+        except ValueError:
+            raise UsageError(f"{name} must be a {type(default).__name__}, not {text!r}") from None
+        changes[name] = value
+    try:
+        return dataclasses.replace(defaults, **changes)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+
+
+def _number(text):
+    try:
+        return int(text, 0)
+    except ValueError:
+        return float(text)
+
+
+def _cmd_list(args):
+    from rich.console import Console
+    from rich.table import Table
+
+    from hdl.hopper.config import DsmConfig
+    console = Console()
+    table = Table(title="experiments")
+    for col in ("name", "what"):
+        table.add_column(col)
+    for fabric in FABRICS:
+        for name, exp in _experiments(fabric).items():
+            table.add_row(f"{fabric}.{name}", exp.title)
+    console.print(table)
+    table = Table(title="dsm configuration (--set FIELD=VALUE)")
+    for col in ("field", "default", "rebuilds", "source"):
+        table.add_column(col, overflow="fold")
+    for f in dataclasses.fields(DsmConfig):
+        table.add_row(f.name, repr(f.default), "yes" if f.metadata.get("structural") else "no",
+                      f.metadata.get("source", ""))
+    console.print(table)
+    return 0
+
+
+def _cmd_run(args):
+    from rich.console import Console
+
+    from hdl.hopper.config import DsmConfig
+    from hdl.hopper.gpc import Gpc
+    from sim.build import generate_verilog
+    from sim.experiments import dsm
+    from sim.runner import run_cocotb
+    from sim.toolchain import check_simulator
+
+    console = Console(stderr=True)
+    pairs = resolve_names(args.names)
+    cfg = parse_overrides(DsmConfig, args.set)
+    try:
+        check_simulator(args.sim)
+    except (ValueError, RuntimeError) as error:
+        raise UsageError(str(error)) from None
+    # Every plan is built before anything is generated: bad input stops here.
+    plans = {exp: dsm.build_runs(cfg, _experiments(f)[exp]) for f, exp in pairs}
+    results_dir = Path(args.results)
+    t0 = time.monotonic()
+    with console.status("generating Verilog (cached per configuration)") as status:
+        verilog = generate_verilog(Gpc, cfg.hardware(), "dsm_gpc", build_root=Path(args.build))
+    console.log(f"Verilog: {verilog} ({time.monotonic() - t0:.0f} s)")
+    failed = False
+    for fabric, name in pairs:
+        exp = _experiments(fabric)[name]
+        runs = plans[name]
+        t1 = time.monotonic()
+        with console.status(f"{fabric}.{name}: {len(runs)} runs on {args.sim}"):
+            result = run_cocotb(verilog, "dsm_gpc", "testbenches.dsm", sim=args.sim,
+                                waves=args.waves, plan=dsm.plan(cfg, runs),
+                                test_dir=Path(args.build) / "runs" / args.sim / f"{fabric}.{name}")
+        try:
+            data = dsm.analyse(cfg, exp, runs, result["runs"], args.sim)
+        except dsm.ExperimentError as error:
+            console.log(f"[red]{fabric}.{name} failed:[/red] {error}")
+            failed = True
+            continue
+        if "waves" in result:
+            data["waves"] = str(result["waves"])
+        out = results_dir / fabric / f"{name}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f".{out.name}.tmp")
+        tmp.write_text(json.dumps(data, indent=1) + "\n")
+        os.replace(tmp, out)
+        met = sum(_met(r) for r in data["rows"])
+        console.log(f"{fabric}.{name}: {len(runs)} runs in {time.monotonic() - t1:.0f} s, "
+                    f"{met}/{len(data['rows'])} rows met -> {out}")
+    return 1 if failed else 0
+
+
+def _met(row):
+    from sim.report import row_met
+    return row_met(row)
+
+
+def _cmd_report(args):
+    from sim.report import print_summary, write_report
+    path = write_report(Path(args.results))
+    print_summary(Path(args.results))
+    print(f"report: {path}")
+    return 0
+
+
+def main(argv=None):
+    """Entry point of the ``fabricsim`` command; returns the exit status."""
+    parser = argparse.ArgumentParser(prog="fabricsim", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--results", default="results", help="results folder (default: results)")
+    parser.add_argument("--build", default="build", help="build folder (default: build)")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="list experiments and configuration fields")
+    run = sub.add_parser("run", help="run experiments")
+    run.add_argument("names", nargs="+", metavar="NAME")
+    run.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
+    run.add_argument("--sim", default=os.environ.get("FABRICSIM_SIM", "verilator"))
+    run.add_argument("--waves", action="store_true", help="write a waveform per experiment")
+    sub.add_parser("report", help="write results/report.md from results/")
+    args = parser.parse_args(argv)
+    try:
+        return {"list": _cmd_list, "run": _cmd_run, "report": _cmd_report}[args.command](args)
+    except (UsageError, FileNotFoundError) as error:
+        print(f"fabricsim: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Experiment definitions, one module per fabric."""

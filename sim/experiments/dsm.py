@@ -1,0 +1,436 @@
+"""Experiments of seed 000 on the Hopper GPC DSM model.
+
+Each experiment turns a :class:`~hdl.hopper.config.DsmConfig` into runs (the
+register values of every SM: traffic kind, size, target, start, and the
+regions to check), and turns the counters the testbench read back into the
+shared result JSON.  Python only configures and fits: every cycle count comes
+from the RTL's cycle counter.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+
+from hdl.hopper.config import DsmConfig
+from hdl.hopper.endpoint import CheckReg, GlobalReg, N_CHECKS, N_STREAMS, StreamReg, TrafficKind
+from hdl.hopper.gpc import GLOBAL_SLOT, GpcReg, counter_names, gpc_registers
+from sim.fit import error_pct, fit_affine
+
+__all__ = ["Stream", "ExperimentError", "EXPERIMENTS", "build_runs", "reference",
+           "check_run", "analyse"]
+
+GRANULE = 16
+KINDS = {"load": TrafficKind.LOAD, "store": TrafficKind.STORE, "tma": TrafficKind.TMA}
+
+
+class ExperimentError(RuntimeError):
+    """A run lost, duplicated or corrupted data, or stopped making progress."""
+
+
+def reference():
+    """The seed values in ``sim/reference/dsm.toml`` as a nested dict."""
+    text = resources.files("sim.reference").joinpath("dsm.toml").read_text()
+    return tomllib.loads(text)
+
+
+@dataclass(frozen=True)
+class Stream:
+    """One payload: ``issuer`` rank sends ``kind`` traffic to ``target`` rank.
+
+    For a load the data moves from ``target`` to ``issuer``; for a store or TMA
+    put from ``issuer`` to ``target``.  ``nbytes`` must be a multiple of 16.
+    """
+
+    kind: str
+    issuer: int
+    target: int
+    nbytes: int
+    delay_cycles: int = 0
+
+
+def _words(granules):
+    return (granules + 1) // 2
+
+
+def build_run(cfg: DsmConfig, streams, label, plane_enable=None, fault=None):
+    """Register writes of one run.
+
+    ``fault`` = ``(slot, Fault)`` injects a fault for testing the checks.
+    Returns a dict ``{"label", "plane_enable", "writes": [(addr, value)]}``.
+
+    Raises
+    ------
+    ValueError
+        On an unknown kind, a rank outside the cluster, more than two streams
+        or two checked regions on one SM, or regions that overflow shared memory.
+    """
+    ranks = cfg.ranks
+    words_per_flit = cfg.flit_bytes // GRANULE
+    free = {slot: 0 for slot in range(cfg.n_slots)}
+    regs = {slot: {} for slot in range(cfg.n_slots)}
+    n_streams = {slot: 0 for slot in range(cfg.n_slots)}
+    n_checks = {slot: 0 for slot in range(cfg.n_slots)}
+
+    def alloc(slot, granules):
+        words = -(-granules // words_per_flit)
+        base = free[slot]
+        free[slot] += words
+        if free[slot] > cfg.smem_words:
+            raise ValueError(f"payload_kib: the regions of SM slot {slot} need "
+                             f"{free[slot] * cfg.flit_bytes} B, more than smem_bytes "
+                             f"({cfg.smem_bytes} B)")
+        return base
+
+    for st in streams:
+        if st.kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {st.kind!r}")
+        for role in ("issuer", "target"):
+            r = getattr(st, role)
+            if not 0 <= r < len(ranks):
+                raise ValueError(f"{role} must be a rank from 0 to {len(ranks) - 1}, not {r!r}")
+        if st.nbytes <= 0 or st.nbytes % GRANULE:
+            raise ValueError(f"payload must be a positive multiple of 16 B, not {st.nbytes!r}")
+        issuer, target = ranks[st.issuer], ranks[st.target]
+        granules = st.nbytes // GRANULE
+        src, dst = (target, issuer) if st.kind == "load" else (issuer, target)
+        src_base, dst_base = alloc(src, granules), alloc(dst, granules)
+        s = n_streams[issuer]
+        c = n_checks[dst]
+        if s >= N_STREAMS or c >= N_CHECKS:
+            raise ValueError(f"streams: SM slot {issuer if s >= N_STREAMS else dst} would "
+                             f"carry more than {N_STREAMS} payloads")
+        n_streams[issuer] += 1
+        n_checks[dst] += 1
+        local, remote = (dst_base, src_base) if st.kind == "load" else (src_base, dst_base)
+        regs[issuer].update({
+            8 * s + StreamReg.KIND: KINDS[st.kind], 8 * s + StreamReg.DST: target,
+            8 * s + StreamReg.LOCAL_BASE: local, 8 * s + StreamReg.REMOTE_BASE: remote,
+            8 * s + StreamReg.GRANULES: granules, 8 * s + StreamReg.DELAY: st.delay_cycles,
+        })
+        regs[dst].update({
+            16 + 4 * c + CheckReg.SRC: src, 16 + 4 * c + CheckReg.SRC_BASE: src_base,
+            16 + 4 * c + CheckReg.LOCAL_BASE: dst_base, 16 + 4 * c + CheckReg.GRANULES: granules,
+        })
+    mask = sum(1 << slot for slot in ranks)
+    writes = []
+    for slot in range(cfg.n_slots):
+        member = slot in ranks
+        regs[slot].update({GlobalReg.MEMBER: int(member), GlobalReg.LEADER: ranks[0],
+                           GlobalReg.MEMBER_MASK: mask, GlobalReg.N_MEMBERS: len(ranks)})
+        for s in range(N_STREAMS):
+            regs[slot].setdefault(8 * s + StreamReg.KIND, 0)
+        for c in range(N_CHECKS):
+            regs[slot].setdefault(16 + 4 * c + CheckReg.GRANULES, 0)
+        writes += [((slot << 6) | addr, int(value)) for addr, value in sorted(regs[slot].items())]
+    globals_ = gpc_registers(cfg)
+    if fault is not None:
+        slot, kind = fault
+        globals_[GpcReg.FAULT] = (slot << 2) | int(kind)
+    writes += [((GLOBAL_SLOT << 6) | reg, value) for reg, value in globals_.items()]
+    return {"label": label, "plane_enable": cfg.plane_enable if plane_enable is None
+            else plane_enable, "writes": writes}
+
+
+def check_run(cfg, run):
+    """Raise :class:`ExperimentError` unless the run ended cleanly with every byte right.
+
+    Lost, duplicated or misplaced data shows as received granules differing
+    from those expected, or as words failing the pattern check; a stuck run
+    is described by the SMs and queues that still hold traffic.
+    """
+    counters = run["counters"]
+    label = run["label"]
+    if run["ended"] != "done":
+        raise ExperimentError(f"run {label}: {run['ended']} after {counters['cycles']} cycles; "
+                              + stuck_report(cfg, counters))
+    if counters["overflow"]:
+        raise ExperimentError(f"run {label}: a buffer overflowed (credit protocol broken)")
+    problems = []
+    for slot in range(cfg.n_slots):
+        got = counters[f"sm{slot}.rx_granules"]
+        want = counters[f"sm{slot}.expected_granules"]
+        if got != want:
+            problems.append(f"SM slot {slot} received {got * GRANULE} B, expected {want * GRANULE} B")
+        errors = run.get("errors", {}).get(f"sm{slot}.errors", 0)
+        if errors:
+            problems.append(f"SM slot {slot}: {errors} words corrupted or misplaced")
+    if "errors" not in run:
+        problems.append("data check did not run")
+    if problems:
+        raise ExperimentError(f"run {label}: " + "; ".join(problems))
+
+
+def stuck_report(cfg, counters):
+    """One line naming where traffic sits: SM counters and non-empty queues."""
+    parts = []
+    for slot in range(cfg.n_slots):
+        fields = {name: counters[f"sm{slot}.{name}"] for name in
+                  ("outstanding_reads", "unacked_flits", "owed_acks")}
+        rx, want = counters[f"sm{slot}.rx_granules"], counters[f"sm{slot}.expected_granules"]
+        busy = {k: v for k, v in fields.items() if v}
+        if rx != want:
+            busy["received"] = f"{rx * GRANULE}/{want * GRANULE} B"
+        if busy:
+            parts.append(f"sm{slot} " + ", ".join(f"{k}={v}" for k, v in busy.items()))
+    for name, value in counters.items():
+        if name.endswith(".occupied") and value:
+            parts.append(f"{name.removesuffix('.occupied')} queues 0b{value:b}")
+    return "; ".join(parts) or "no traffic held anywhere"
+
+
+# --- experiment definitions ---------------------------------------------------
+
+@dataclass(frozen=True)
+class Series:
+    """Runs that share a traffic pattern and differ in payload size."""
+
+    name: str
+    streams: object          # callable(nbytes) -> list[Stream]
+    cluster_size: int = 2
+    payload_kib: tuple | None = None  # None: the configuration's sweep
+    plane_enable: int | None = None
+
+
+def _sizes(cfg, series):
+    return series.payload_kib or cfg.payload_kib
+
+
+def _one_way(kind):
+    return lambda n: [Stream(kind, 0, 1, n)]
+
+
+def _both_ways(kind):
+    return lambda n: [Stream(kind, 0, 1, n), Stream(kind, 1, 0, n)]
+
+
+def _mixed(kind, same):
+    # Rank 0 always reads rank 1: read data moves 1 -> 0.
+    second = Stream(kind, 1, 0, 0) if same else Stream(kind, 0, 1, 0)
+    return lambda n: [Stream("load", 0, 1, n), dataclasses.replace(second, nbytes=n)]
+
+
+def _ring(size, stride=1, kind="tma"):
+    return lambda n: [Stream(kind, r, (r + stride) % size, n) for r in range(size)]
+
+
+def _pairs(size, kind="tma"):
+    return lambda n: [Stream(kind, r, r ^ 1, n) for r in range(size)]
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One experiment of seed 000: its series and how its rows are made."""
+
+    name: str
+    title: str
+    series: tuple
+    rows: object   # callable(cfg, fits, points) -> list[row dicts]
+    notes: tuple = ()
+    fit: bool = True
+
+
+def _row(quantity, model, unit, ref=None, *, tolerance=None, target=None, source=None,
+         maximum=None):
+    if ref is not None:
+        value, source = ref["value"], source or ref["source"]
+        tolerance = ref.get("tolerance_pct", tolerance)
+    else:
+        value = None
+    err = error_pct(model, value) if value is not None else None
+    if target is None and tolerance is not None:
+        target = f"within {tolerance:g} %"
+    if maximum is not None:
+        target = f"< {maximum:g} {unit}"
+    return {"quantity": quantity, "model": model, "reference": value, "unit": unit,
+            "source": source, "error_pct": err, "tolerance_pct": tolerance, "target": target,
+            "maximum": maximum}
+
+
+def _bandwidth_rows(section, names):
+    def rows(cfg, fits, points):
+        ref = reference()
+        out = []
+        for name in names:
+            fit = fits[name]
+            out.append(_row(f"{name} B/cycle", fit.bytes_per_cycle, "B/cycle",
+                            ref[section][name]))
+        for name in names:
+            out.append(_row(f"{name} fit RMSE", fits[name].rmse_pct, "%",
+                            source=ref["fit"]["rmse_max"]["source"],
+                            maximum=ref["fit"]["rmse_max"]["value"]))
+        return out
+    return rows
+
+
+def _mixed_rows(cfg, fits, points):
+    ref = reference()["mixed"]
+    # Aggregate of two equal payloads: 2 B per 1/beta.
+    return [_row(f"{name} aggregate B/cycle", 2 * fits[name].bytes_per_cycle, "B/cycle", ref[name])
+            for name in fits]
+
+
+def _ring_rows(cfg, fits, points):
+    ref = reference()
+    out = []
+    for name, fit in fits.items():
+        out.append(_row(f"{name} B/SM-cycle", fit.bytes_per_cycle, "B/SM-cycle",
+                        ref["ring"]["per_sm"]))
+    for name, fit in fits.items():
+        key = {"ring2": "alpha_2", "ring16": "alpha_16"}.get(name)
+        out.append(_row(f"{name} alpha", fit.alpha_cycles, "cycles",
+                        ref["ring"][key] if key else None))
+    alphas = [fits[n].alpha_cycles for n in fits]
+    out.append({"quantity": "alpha grows with cluster size", "model": float(
+        all(b > a for a, b in zip(alphas, alphas[1:]))), "reference": 1.0, "unit": "1 = yes",
+        "source": ref["ring"]["alpha_16"]["source"], "error_pct": None, "tolerance_pct": None,
+        "target": "1", "minimum": 1.0})
+    for name in fits:
+        out.append(_row(f"{name} fit RMSE", fits[name].rmse_pct, "%",
+                        source=ref["fit"]["rmse_max"]["source"],
+                        maximum=ref["fit"]["rmse_max"]["value"]))
+    return out
+
+
+def _gbps(cfg, nbytes_total, cycles):
+    return nbytes_total / (cycles / cfg.sm_clock_ghz)
+
+
+def _topology_rows(cfg, fits, points):
+    ref = reference()["topology"]
+    gbps = {name: _gbps(cfg, 16 * pts[0][0], pts[0][1]) for name, pts in points.items()}
+    strides = {n: v for n, v in gbps.items() if n.startswith("stride")}
+    median = statistics.median(strides.values())
+    out = [_row(f"{name} raw GB/s", value, "GB/s",
+                ref.get(name.replace("stride", "stride_")) if name in ("stride2", "stride14")
+                else None)
+           for name, value in gbps.items()]
+    gain = 100 * (gbps["pairs"] / median - 1)
+    out.append(_row("adjacent pairs over median ring stride", gain, "%",
+                    ref["pairs_over_median_ring"]))
+    out[-1]["tolerance_pct"] = None
+    out[-1]["target"] = "> 0 % (pairs beat the median stride)"
+    out[-1]["minimum"] = 0.0
+    out.append(_row("slowest stride raw GB/s", min(strides.values()), "GB/s", ref["slow_stride"]))
+    return out
+
+
+def _pairs_rows(cfg, fits, points):
+    ref = reference()["isolated_pairs"]
+    gbps = {name: _gbps(cfg, pts[0][0], pts[0][1]) for name, pts in points.items()}
+    out = [_row(f"pair {name} raw GB/s", v, "GB/s") for name, v in gbps.items()]
+    lo, hi = min(gbps.values()), max(gbps.values())
+    out.append(_row("slowest pair raw GB/s", lo, "GB/s", ref["min"]))
+    out.append(_row("fastest pair raw GB/s", hi, "GB/s", ref["max"]))
+    out.append(_row("spread (fastest / slowest - 1)", 100 * (hi / lo - 1), "%",
+                    source=ref["spread_max"]["source"], maximum=ref["spread_max"]["value"]))
+    return out
+
+
+def _plane_off_rows(cfg, fits, points):
+    ref = reference()["one_way"]
+    out = []
+    for name, fit in fits.items():
+        out.append(_row(f"{name} B/cycle, GX1 off", fit.bytes_per_cycle, "B/cycle",
+                        ref.get(name.removeprefix("ring16_"))))
+        out[-1]["tolerance_pct"] = None
+        out[-1]["target"] = "every byte delivered"
+    return out
+
+
+#: Isolated source/target pairs sampled for experiment F: every kind of route
+#: (same TPC, same CPC, across CPCs, both egress blocks), both directions.
+ISOLATED_PAIRS = ((0, 1), (1, 0), (0, 2), (0, 3), (2, 5), (0, 6), (6, 0), (1, 7), (0, 13),
+                  (5, 12), (12, 17), (17, 4))
+
+EXPERIMENTS = {e.name: e for e in (
+    Experiment("one_way", "A: one-way, 2 SMs",
+               tuple(Series(k, _one_way(k)) for k in ("load", "store", "tma")),
+               _bandwidth_rows("one_way", ("load", "store", "tma"))),
+    Experiment("bidirectional", "B: bidirectional, 2 SMs, per direction",
+               tuple(Series(k, _both_ways(k)) for k in ("load", "store", "tma")),
+               _bandwidth_rows("bidirectional", ("load", "store", "tma"))),
+    Experiment("mixed", "C: rank 0 reads rank 1 while a store or TMA put moves a second payload",
+               tuple(Series(f"load_{k}_{d}", _mixed(k, d == "same"))
+                     for d in ("same", "opposite") for k in ("store", "tma")),
+               _mixed_rows),
+    Experiment("ring", "D: TMA put ring, 2 to 16 SMs",
+               tuple(Series(f"ring{n}", _ring(n), cluster_size=n) for n in (2, 4, 8, 16)),
+               _ring_rows),
+    Experiment("topology", "E: 16 SMs at 64 KiB: ring strides and adjacent pairs",
+               tuple(Series(f"stride{s}", _ring(16, s), 16, (64,)) for s in range(1, 16))
+               + (Series("pairs", _pairs(16), 16, (64,)),),
+               _topology_rows, fit=False,
+               notes=("Raw rates include the fixed completion cost, so they are compared only "
+                      "with each other; see the ring experiment for the model's intercepts.",)),
+    Experiment("isolated_pairs", "F: isolated source/target pairs, one-way TMA put at 64 KiB",
+               tuple(Series(f"{a}->{b}", _one_way("tma"), 2, (64,)) for a, b in ISOLATED_PAIRS),
+               _pairs_rows, fit=False),
+    Experiment("plane_off", "G: experiment A and the 16-SM ring with GX1 switched off",
+               tuple(Series(k, _one_way(k), plane_enable=1) for k in ("load", "store", "tma"))
+               + (Series("ring16_tma", _ring(16), 16, plane_enable=1),),
+               _plane_off_rows),
+)}
+
+
+def _series_cfg(cfg, experiment, series):
+    size = series.cluster_size
+    placement = cfg.placement if len(cfg.placement) == size else ()
+    if experiment.name == "isolated_pairs":
+        placement = tuple(int(x) for x in series.name.split("->"))
+    return dataclasses.replace(cfg, cluster_size=size, placement=placement)
+
+
+def build_runs(cfg: DsmConfig, experiment: Experiment):
+    """All runs of ``experiment`` as testbench plan entries, in order."""
+    runs = []
+    for series in experiment.series:
+        scfg = _series_cfg(cfg, experiment, series)
+        for kib in _sizes(cfg, series):
+            nbytes = int(kib * 1024)
+            run = build_run(scfg, series.streams(nbytes), f"{series.name}@{kib}KiB",
+                            series.plane_enable)
+            run["series"], run["payload_bytes"] = series.name, nbytes
+            runs.append(run)
+    return runs
+
+
+def plan(cfg: DsmConfig, runs):
+    """The testbench plan for ``runs``."""
+    return {"counter_names": counter_names(cfg), "runs": runs,
+            "init_cycles": cfg.smem_words + 1000,
+            "run_cycles": 40 * cfg.smem_words + 4 * cfg.watchdog_cycles}
+
+
+def analyse(cfg: DsmConfig, experiment: Experiment, runs, results, simulator):
+    """Turn the testbench's results into the shared result JSON (a dict)."""
+    points = {}
+    lane_flits = {}
+    for run, result in zip(runs, results):
+        check_run(cfg, result)
+        cycles = result["counters"]["cycles"]
+        points.setdefault(run["series"], []).append((run["payload_bytes"], cycles))
+        lane_flits[run["label"]] = {k: v for k, v in result["counters"].items()
+                                    if k.startswith(("ig", "gx")) and k.endswith(".flits")}
+    fits = {}
+    if experiment.fit:
+        fits = {name: fit_affine([p[0] for p in pts], [p[1] for p in pts])
+                for name, pts in points.items()}
+    series = [{"name": name,
+               "points": [{"payload_bytes": b, "cycles": c, "ns": c / cfg.sm_clock_ghz}
+                          for b, c in pts],
+               "fit": fits[name].to_json() if name in fits else None}
+              for name, pts in points.items()]
+    return {
+        "fabric": "dsm", "experiment": experiment.name, "title": experiment.title,
+        "simulator": simulator,
+        "config": {k: (list(v) if isinstance(v, tuple) else v)
+                   for k, v in dataclasses.asdict(cfg).items()},
+        "series": series,
+        "rows": experiment.rows(cfg, fits, points),
+        "notes": list(experiment.notes),
+        "lane_flits": lane_flits,
+    }

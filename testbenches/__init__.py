@@ -1,0 +1,1 @@
+"""cocotb testbenches: reusable drivers in ``common``, one module per top level."""

@@ -1,0 +1,108 @@
+"""Testbench helpers shared by every fabric's cocotb module.
+
+The contract with :func:`sim.runner.run_cocotb`: the plan to drive is a JSON
+file named by ``FABRICSIM_PLAN``; what was measured goes to the JSON file
+named by ``FABRICSIM_RESULT``.  Python touches the design only between runs
+(register writes, counter reads); while traffic flows it waits on one edge
+of ``done``, so the simulator runs at full speed.
+"""
+
+import json
+import os
+from pathlib import Path
+
+import cocotb
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles, First, ReadOnly, RisingEdge, Timer
+
+__all__ = ["load_plan", "write_result", "RegisterTB"]
+
+CLOCK_PERIOD_NS = 2
+
+
+def load_plan():
+    """Read the plan JSON named by ``FABRICSIM_PLAN`` (raises KeyError if unset)."""
+    return json.loads(Path(os.environ["FABRICSIM_PLAN"]).read_text())
+
+
+def write_result(result):
+    """Write ``result`` as JSON to the file named by ``FABRICSIM_RESULT``."""
+    path = Path(os.environ["FABRICSIM_RESULT"])
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(result, indent=1))
+    os.replace(tmp, path)
+
+
+class RegisterTB:
+    """Drives a top level with ``cfg_*`` register writes, ``ctl_*`` pulses and
+    an ``rd_addr``/``rd_data`` counter port.
+
+    Parameters
+    ----------
+    dut : cocotb handle
+        Top level with ``clk``, ``rst``, ``cfg_we``, ``cfg_addr``, ``cfg_data``,
+        ``rd_addr``, ``rd_data``.
+    counter_names : list of str
+        Counter names in ``rd_addr`` order.
+    """
+
+    def __init__(self, dut, counter_names):
+        self.dut = dut
+        self.counter_names = list(counter_names)
+
+    async def start(self):
+        """Start the clock and hold reset for four cycles."""
+        cocotb.start_soon(Clock(self.dut.clk, CLOCK_PERIOD_NS, unit="ns").start())
+        for name in ("cfg_we", "cfg_addr", "cfg_data", "rd_addr"):
+            getattr(self.dut, name).value = 0
+        for name in ("ctl_init", "ctl_start", "ctl_verify"):
+            getattr(self.dut, name).value = 0
+        self.dut.rst.value = 1
+        await ClockCycles(self.dut.clk, 4)
+        self.dut.rst.value = 0
+        await RisingEdge(self.dut.clk)
+
+    async def write(self, writes):
+        """Write ``[(addr, value), ...]``, one register per cycle."""
+        dut = self.dut
+        for addr, value in writes:
+            dut.cfg_addr.value = addr
+            dut.cfg_data.value = value & 0xFFFFFFFF
+            dut.cfg_we.value = 1
+            await RisingEdge(dut.clk)
+        dut.cfg_we.value = 0
+
+    async def pulse(self, name):
+        """Assert input ``name`` for one cycle."""
+        getattr(self.dut, name).value = 1
+        await RisingEdge(self.dut.clk)
+        getattr(self.dut, name).value = 0
+
+    async def wait_for(self, name, cycles, *also):
+        """Wait until output ``name`` (or one of ``also``) is high, at most ``cycles``.
+
+        Returns the name of the output that rose, or ``None`` on time-out.
+        """
+        dut = self.dut
+        await ReadOnly()
+        for n in (name, *also):
+            if getattr(dut, n).value == 1:
+                return n
+        await RisingEdge(dut.clk)
+        edges = {n: RisingEdge(getattr(dut, n)) for n in (name, *also)}
+        fired = await First(*edges.values(), Timer(cycles * CLOCK_PERIOD_NS, unit="ns"))
+        for n, edge in edges.items():
+            if fired is edge:
+                await RisingEdge(dut.clk)
+                return n
+        return None
+
+    async def read_counters(self):
+        """Return ``{name: value}`` for every counter."""
+        dut = self.dut
+        values = {}
+        for index, name in enumerate(self.counter_names):
+            dut.rd_addr.value = index
+            await Timer(1, unit="ps")
+            values[name] = int(dut.rd_data.value.to_unsigned())
+        return values

@@ -1,0 +1,48 @@
+"""cocotb testbench of the Hopper GPC DSM fabric (top level ``dsm_gpc``).
+
+For every run of the plan: write the SM registers, fill the shared memories,
+start, wait for the cluster barrier's ``done`` (or the watchdog's ``stuck``),
+read every counter, then check the received data.  The elapsed cycles come
+from the RTL's own cycle counter.
+"""
+
+import cocotb
+
+from testbenches.common import RegisterTB, load_plan, write_result
+
+#: Counters that only grow; a run reports their increase over the run.
+_CUMULATIVE = (".flits", ".stalls", "inj_flits", "inj_stalls")
+
+
+@cocotb.test()
+async def run_plan(dut):
+    """Drive every run of the plan and record the counters of each."""
+    plan = load_plan()
+    tb = RegisterTB(dut, plan["counter_names"])
+    await tb.start()
+    results = []
+    for index, run in enumerate(plan["runs"]):
+        dut.plane_enable.value = run["plane_enable"]
+        await tb.write(run["writes"])
+        await tb.pulse("ctl_init")
+        if await tb.wait_for("init_done", plan["init_cycles"]) is None:
+            raise RuntimeError(f"run {index} ({run['label']}): memory fill did not finish")
+        before = await tb.read_counters()
+        await tb.pulse("ctl_start")
+        ended = await tb.wait_for("done", plan["run_cycles"], "stuck")
+        after = await tb.read_counters()
+        entry = {"label": run["label"], "ended": ended or "timeout",
+                 "counters": {k: (v - before[k]) % (1 << 32) if k.endswith(_CUMULATIVE) else v
+                              for k, v in after.items()}}
+        if ended == "done":
+            await tb.pulse("ctl_verify")
+            if await tb.wait_for("verify_done", plan["init_cycles"]) is None:
+                raise RuntimeError(f"run {index} ({run['label']}): data check did not finish")
+            checked = await tb.read_counters()
+            entry["errors"] = {k: v for k, v in checked.items() if k.endswith(".errors")}
+        results.append(entry)
+        dut._log.info("run %d/%d %s: %s after %d cycles", index + 1, len(plan["runs"]),
+                      run["label"], entry["ended"], after["cycles"])
+        if ended != "done":
+            break
+    write_result({"runs": results})

@@ -1,0 +1,85 @@
+"""Bad input stops with one clear line naming the field, before any build."""
+
+import pytest
+
+from hdl.hopper.config import DsmConfig
+from sim.cli import UsageError, main, parse_overrides, resolve_names
+from sim.experiments import dsm
+
+
+@pytest.mark.parametrize("changes,field", [
+    ({"cluster_size": 0}, "cluster_size"),
+    ({"cluster_size": 17}, "cluster_size"),
+    ({"cluster_size": 2, "placement": (3, 3)}, "placement"),
+    ({"cluster_size": 2, "placement": (0, 18)}, "placement"),
+    ({"payload_kib": (16, 24.01)}, "payload_kib"),
+    ({"payload_kib": (16, 256)}, "payload_kib"),
+    ({"gx_planes": ""}, "gx_planes"),
+    ({"gx_planes": "none"}, "gx_planes"),
+    ({"flit_bytes": 24}, "flit_bytes"),
+    ({"shaper_flits": 4, "shaper_cycles": 3}, "shaper_flits"),
+])
+def test_invalid_configuration_names_the_field(changes, field):
+    with pytest.raises(ValueError) as info:
+        DsmConfig(**changes)
+    message = str(info.value)
+    assert message.startswith(field) and "\n" not in message
+
+
+def test_unknown_traffic_kind_is_rejected():
+    with pytest.raises(ValueError, match="^kind must be one of load, store, tma, not 'atomic'"):
+        dsm.build_run(DsmConfig(), [dsm.Stream("atomic", 0, 1, 1024)], "x")
+
+
+def test_payload_must_be_a_multiple_of_16_bytes():
+    with pytest.raises(ValueError, match="multiple of 16 B"):
+        dsm.build_run(DsmConfig(), [dsm.Stream("tma", 0, 1, 1000)], "x")
+
+
+def test_regions_that_overflow_shared_memory_are_rejected():
+    streams = [dsm.Stream("load", 0, 1, 96 * 1024), dsm.Stream("store", 1, 0, 96 * 1024),
+               dsm.Stream("tma", 0, 1, 16 * 1024)]
+    with pytest.raises(ValueError, match="more than"):
+        dsm.build_run(DsmConfig(), streams, "x")
+
+
+def test_set_parses_by_field_type():
+    cfg = parse_overrides(DsmConfig, ["cluster_size=4", "payload_kib=16,32", "gx_planes=gx0",
+                                      "sm_clock_ghz=1.5", "ack_threshold_flits=0x10"])
+    assert (cfg.cluster_size, cfg.payload_kib, cfg.plane_enable, cfg.sm_clock_ghz,
+            cfg.ack_threshold_flits) == (4, (16, 32), 1, 1.5, 16)
+
+
+@pytest.mark.parametrize("items,text", [
+    (["nosuch=1"], "--set field must be one of"),
+    (["cluster_size"], "--set takes FIELD=VALUE"),
+    (["cluster_size=two"], "cluster_size must be a int"),
+    (["cluster_size=99"], "cluster_size must be an integer from 1 to 16"),
+])
+def test_bad_set_items(items, text):
+    with pytest.raises(UsageError, match=text):
+        parse_overrides(DsmConfig, items)
+
+
+def test_names_resolve_and_unknown_names_fail():
+    assert ("dsm", "one_way") in resolve_names(["dsm"])
+    assert resolve_names(["dsm.mixed"]) == [("dsm", "mixed")]
+    with pytest.raises(UsageError, match="experiment must be one of"):
+        resolve_names(["dsm.nope"])
+    with pytest.raises(UsageError, match="NAME must start with one of dsm"):
+        resolve_names(["mesh"])
+
+
+def test_cli_exits_2_before_building_on_bad_input(tmp_path, capsys):
+    status = main(["--build", str(tmp_path / "b"), "--results", str(tmp_path / "r"),
+                   "run", "dsm.one_way", "--set", "cluster_size=0"])
+    assert status == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("fabricsim: error: cluster_size must be") and "\n" not in err
+    assert not (tmp_path / "b").exists() and not (tmp_path / "r").exists()
+
+
+def test_cli_rejects_unknown_simulator(tmp_path, capsys):
+    status = main(["--build", str(tmp_path / "b"), "run", "dsm.one_way", "--sim", "xsim"])
+    assert status == 2
+    assert "sim must be one of" in capsys.readouterr().err

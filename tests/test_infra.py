@@ -1,0 +1,164 @@
+"""Build and run infrastructure: Verilog cache, simulator choice, cocotb runs.
+
+A tiny counter stands in for a fabric, so these tests check the plumbing
+(generation, caching, the plan/result contract, error reporting) on every
+available simulator in seconds. The tests share one generated design, so
+each simulator builds it once (plus once more with tracing).
+"""
+
+# No `from __future__ import annotations` here: Amaranth reads a Component's
+# ports from its class annotations at run time, and would see strings.
+import dataclasses
+import json
+import os
+import time
+
+import pytest
+from amaranth import Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from sim.build import generate_verilog
+from sim.runner import run_cocotb
+from sim.toolchain import available_simulators, check_simulator, verilator_env
+
+
+@dataclasses.dataclass(frozen=True)
+class CounterConfig:
+    """Configuration of :class:`Counter`.
+
+    Attributes
+    ----------
+    limit : int
+        Count at which ``done`` rises, in enabled clock cycles, 1..255.
+    """
+
+    limit: int = 37
+
+
+class Counter(wiring.Component):
+    """8-bit counter that stops and raises ``done`` at a limit.
+
+    Members
+    -------
+    en : In(1)
+        Count on each ``clk`` rising edge while high.
+    count : Out(8)
+        Enabled cycles counted so far, in clock cycles.
+    done : Out(1)
+        High once ``count`` equals ``limit``; counting stops there.
+    """
+
+    en: In(1)
+    count: Out(8)
+    done: Out(1)
+
+    def __init__(self, config: CounterConfig):
+        if not 1 <= config.limit <= 255:
+            raise ValueError(f"limit must be in 1..255, not {config.limit!r}")
+        self._limit = config.limit
+        super().__init__()
+
+    def elaborate(self, platform):
+        m = Module()
+        value = Signal(8)
+        m.d.comb += [self.count.eq(value), self.done.eq(value == self._limit)]
+        with m.If(self.en & ~self.done):
+            m.d.sync += value.eq(value + 1)
+        return m
+
+
+LIMIT = 37
+PLAN = {"clock_ns": 10, "watchdog_cycles": 1000}
+SIMS = available_simulators()
+
+
+@pytest.fixture(scope="module")
+def counter_verilog(tmp_path_factory):
+    build_root = tmp_path_factory.mktemp("build")
+    return generate_verilog(Counter, CounterConfig(limit=LIMIT), "counter", build_root=build_root)
+
+
+@pytest.mark.parametrize("sim", SIMS)
+def test_counter_runs_and_reports(sim, counter_verilog, tmp_path):
+    assert counter_verilog.name == "counter.v"
+    assert counter_verilog.parent.name.startswith("counter-")
+    result = run_cocotb(counter_verilog, "counter", "cocotb_smoke", sim=sim, plan=PLAN, test_dir=tmp_path)
+    assert result == {"count": LIMIT, "cycles": LIMIT}
+    assert json.loads((tmp_path / "plan.json").read_text()) == PLAN
+    assert (counter_verilog.parent / sim).is_dir()
+
+
+@pytest.mark.parametrize("sim", SIMS)
+def test_waves_are_recorded(sim, counter_verilog, tmp_path):
+    result = run_cocotb(
+        counter_verilog, "counter", "cocotb_smoke", sim=sim, plan=PLAN, test_dir=tmp_path, waves=True
+    )
+    waves = result.pop("waves")
+    assert result == {"count": LIMIT, "cycles": LIMIT}
+    assert os.path.dirname(waves) == str(tmp_path)
+    assert os.path.basename(waves) in ("counter.fst", "counter.vcd")
+    assert os.path.getsize(waves) > 0
+
+
+def test_verilog_is_cached_per_config(tmp_path):
+    first = generate_verilog(Counter, CounterConfig(limit=5), "counter", build_root=tmp_path)
+    mtime = first.stat().st_mtime_ns
+    again = generate_verilog(Counter, CounterConfig(limit=5), "counter", build_root=tmp_path)
+    assert again == first
+    assert again.stat().st_mtime_ns == mtime
+    other = generate_verilog(Counter, CounterConfig(limit=6), "counter", build_root=tmp_path)
+    assert other.parent != first.parent
+    assert other.read_text() != first.read_text()
+
+
+def test_generate_verilog_rejects_mutable_config(tmp_path):
+    @dataclasses.dataclass
+    class Loose:
+        limit: int = 3
+
+    with pytest.raises(TypeError, match="config must be an instance of a frozen dataclass"):
+        generate_verilog(Counter, Loose(), "counter", build_root=tmp_path)
+
+
+def test_failing_testbench_is_reported_with_its_message(counter_verilog, tmp_path):
+    plan = {"clock_ns": 10, "watchdog_cycles": LIMIT - 1}
+    with pytest.raises(RuntimeError) as raised:
+        run_cocotb(counter_verilog, "counter", "cocotb_smoke", plan=plan, test_dir=tmp_path)
+    message = str(raised.value)
+    assert "cocotb_smoke.count_to_limit" in message
+    assert f"done did not rise within {LIMIT - 1} cycles" in message
+
+
+def test_stale_result_is_not_reused(counter_verilog, tmp_path):
+    (tmp_path / "result.json").write_text(json.dumps({"count": 1, "cycles": 1}))
+    plan = dict(PLAN, write_result=False)
+    with pytest.raises(RuntimeError, match="wrote no .*result.json"):
+        run_cocotb(counter_verilog, "counter", "cocotb_smoke", plan=plan, test_dir=tmp_path)
+
+
+def test_timeout_stops_a_hung_simulation(counter_verilog, tmp_path):
+    # Held off, the counter never finishes; the watchdog is far beyond what
+    # the simulator can reach in the time allowed.
+    plan = {"clock_ns": 10, "watchdog_cycles": 10**9, "enable": False}
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"exceeded timeout_s=2 s"):
+        run_cocotb(counter_verilog, "counter", "cocotb_smoke", plan=plan, test_dir=tmp_path, timeout_s=2)
+    assert time.monotonic() - start < 30
+
+
+def test_check_simulator_names_sim_and_allowed_values():
+    with pytest.raises(ValueError, match=r"^sim must be one of verilator, icarus, not 'xsim'$"):
+        check_simulator("xsim")
+
+
+def test_run_cocotb_rejects_unknown_simulator(counter_verilog, tmp_path):
+    with pytest.raises(ValueError, match="sim must be one of"):
+        run_cocotb(counter_verilog, "counter", "cocotb_smoke", sim="xsim", plan=PLAN, test_dir=tmp_path)
+
+
+def test_verilator_env_points_at_bundled_verilator():
+    env = verilator_env()
+    bin_dir = os.path.join(env["VERILATOR_ROOT"], "bin")
+    assert env["PATH"].split(os.pathsep)[0] == bin_dir
+    assert os.access(os.path.join(bin_dir, "verilator"), os.X_OK)

@@ -1,0 +1,234 @@
+"""Tests for `sim.report`: markdown report, plots, console summary, bad input."""
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from sim.report import load_results, print_summary, write_report
+
+KIB = 1024
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+SOURCE = "000_8cf2435219a2167b.txt, Baseline DSM Bandwidth"
+
+
+def _points(alpha, beta, sizes_kib, wobble=(0.0,)):
+    return [
+        {
+            "payload_bytes": k * KIB,
+            "cycles": alpha + beta * k * KIB + wobble[i % len(wobble)],
+            "ns": (alpha + beta * k * KIB) / 1.785,
+        }
+        for i, k in enumerate(sizes_kib)
+    ]
+
+
+def _dsm_one_way():
+    sizes = range(16, 97, 8)
+    return {
+        "fabric": "dsm",
+        "experiment": "one_way",
+        "title": "A: one-way, 2 SMs",
+        "simulator": "verilator",
+        "config": {"sms": 2, "flit_bytes": 32},
+        "series": [
+            {
+                "name": "load",
+                "points": _points(800.0, 1 / 19.7, sizes, wobble=(1.0, -1.0)),
+                "fit": {"alpha_cycles": 800.0, "beta_cycles_per_byte": 1 / 19.7, "rmse_pct": 0.03},
+            },
+            {
+                "name": "store",
+                "points": _points(750.0, 1 / 18.9, sizes),
+                "fit": {"alpha_cycles": 750.0, "beta_cycles_per_byte": 1 / 18.9, "rmse_pct": 0.0},
+            },
+        ],
+        "rows": [
+            {
+                "quantity": "load B/cycle",
+                "model": 19.7,
+                "reference": 19.87,
+                "unit": "B/cycle",
+                "source": SOURCE,
+                "error_pct": -0.85,
+                "tolerance_pct": 3.0,
+                "target": "within 3%",
+            },
+            {
+                "quantity": "store B/cycle",
+                "model": 17.0,
+                "reference": 18.87,
+                "unit": "B/cycle",
+                "source": SOURCE,
+                "error_pct": -9.91,
+                "tolerance_pct": 3.0,
+                "target": "within 3%",
+            },
+            {
+                "quantity": "fill/drain alpha",
+                "model": 800.0,
+                "reference": None,
+                "unit": "cycles",
+                "source": None,
+                "error_pct": None,
+                "tolerance_pct": None,
+                "target": "model only",
+            },
+        ],
+        "notes": ["clock ratio taken as 1.785 GHz", "stores use a coalesced ack"],
+    }
+
+
+def _mesh_latency():
+    # Single-series experiment in the older top-level form, without a fit.
+    return {
+        "fabric": "mesh",
+        "experiment": "latency",
+        "title": "Mesh zero-load latency",
+        "simulator": "verilator",
+        "config": {},
+        "points": _points(40.0, 0.0, [1, 2]),
+        "fit": None,
+        "rows": [
+            {
+                "quantity": "hop latency",
+                "model": 4.0,
+                "reference": 4.0,
+                "unit": "cycles",
+                "source": "somewhere",
+                "error_pct": 0.0,
+                "tolerance_pct": 0.0,
+                "target": "exact",
+            }
+        ],
+    }
+
+
+def _write(results: Path, doc: dict) -> Path:
+    path = results / doc["fabric"] / f"{doc['experiment']}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.fixture
+def results(tmp_path):
+    root = tmp_path / "results"
+    _write(root, _dsm_one_way())
+    _write(root, _mesh_latency())
+    return root
+
+
+def test_report_rows_marks_and_plots(results):
+    report = write_report(results)
+    assert report == results / "report.md"
+    text = report.read_text(encoding="utf-8")
+
+    assert text.startswith("# fabricsim report\n")
+    assert "simulator: verilator" in text
+    assert "3 / 4 rows met" in text
+    # Summary: 2 of 3 dsm rows pass (the model-only row counts as passing).
+    assert "| dsm | one_way | A: one-way, 2 SMs | 2 / 3 | ✗ |" in text
+    assert "| mesh | latency | Mesh zero-load latency | 1 / 1 | ✓ |" in text
+    # Per-experiment rows, formatted to 3-4 significant figures.
+    assert f"| load B/cycle | 19.7 | 19.87 | B/cycle | -0.85 | within 3% | ✓ | {SOURCE} |" in text
+    assert f"| store B/cycle | 17 | 18.87 | B/cycle | -9.91 | within 3% | ✗ | {SOURCE} |" in text
+    assert "| fill/drain alpha | 800 | — | cycles | — | model only | — | — |" in text
+    assert "| hop latency | 4 | 4 | cycles | 0 | exact | ✓ | somewhere |" in text
+    assert "- clock ratio taken as 1.785 GHz" in text
+    assert "| load | 11 | 800 | 0.05076 | 19.7 | 0.03 |" in text
+
+    # Only the fitted experiment gets a plot, linked relative to the report.
+    assert "![A: one-way, 2 SMs](dsm/one_way.png)" in text
+    assert (results / "dsm" / "one_way.png").read_bytes().startswith(PNG_MAGIC)
+    assert not (results / "mesh" / "latency.png").exists()
+    assert ".png" not in text.split("## mesh")[1]
+    assert text.index("## dsm") < text.index("## mesh")
+    # No temporary files left behind by the atomic writes.
+    assert not list(results.rglob("*.tmp"))
+
+
+def test_top_level_points_and_fit_become_one_series(tmp_path):
+    doc = _mesh_latency()
+    doc["points"] = _points(40.0, 0.01, [1, 2, 3])
+    doc["fit"] = {"alpha_cycles": 40.0, "beta_cycles_per_byte": 0.01, "rmse_pct": 0.0}
+    _write(tmp_path, doc)
+    (result,) = load_results(tmp_path)
+    (series,) = result.series
+    assert series.name == "latency"
+    assert series.fit is not None
+    assert series.fit.bytes_per_cycle == pytest.approx(100.0)
+    assert series.fit.residuals_cycles == pytest.approx((0.0, 0.0, 0.0), abs=1e-9)
+    write_report(tmp_path)
+    assert (tmp_path / "mesh" / "latency.png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_error_pct_computed_when_missing(tmp_path):
+    doc = _mesh_latency()
+    doc["rows"][0].update(model=4.4, error_pct=None, tolerance_pct=5.0)
+    _write(tmp_path, doc)
+    (result,) = load_results(tmp_path)
+    assert result.rows[0].error_pct == pytest.approx(10.0)
+    assert result.rows[0].met is False
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d.pop("rows"), r"one_way\.json: top level: missing key 'rows'"),
+        (lambda d: d["rows"][1].pop("quantity"), r"one_way\.json: rows\[1\]: missing key 'quantity'"),
+        (
+            lambda d: d["series"][0]["points"][2].pop("cycles"),
+            r"one_way\.json: series\[0\]\.points\[2\]: missing key 'cycles'",
+        ),
+        (
+            lambda d: d["series"][1]["fit"].pop("beta_cycles_per_byte"),
+            r"one_way\.json: series\[1\]\.fit: missing key 'beta_cycles_per_byte'",
+        ),
+        (lambda d: d["rows"][0].update(model="fast"), r"rows\[0\]: key 'model' must be a finite number"),
+        (lambda d: d.update(fabric="mesh"), r"key 'fabric' is 'mesh' but the file is in directory 'dsm'"),
+    ],
+)
+def test_malformed_input_names_file_and_key_and_writes_nothing(tmp_path, mutate, message):
+    doc = _dsm_one_way()
+    mutate(doc)
+    path = tmp_path / "dsm" / "one_way.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(doc))
+    _write(tmp_path, _mesh_latency())
+    with pytest.raises(ValueError, match=message) as info:
+        write_report(tmp_path)
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "report.md").exists()
+    assert not list(tmp_path.rglob("*.png"))
+
+
+def test_invalid_json_keeps_previous_report(results):
+    write_report(results)
+    before = (results / "report.md").read_text(encoding="utf-8")
+    (results / "dsm" / "broken.json").write_text('{"fabric": "dsm", ')
+    with pytest.raises(ValueError, match=r"broken\.json: invalid JSON"):
+        write_report(results)
+    assert (results / "report.md").read_text(encoding="utf-8") == before
+
+
+def test_missing_or_empty_results_dir(tmp_path):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        write_report(tmp_path / "nope")
+    with pytest.raises(FileNotFoundError, match="no <fabric>/<experiment>.json"):
+        write_report(tmp_path)
+    assert not (tmp_path / "report.md").exists()
+
+
+def test_print_summary_lists_counts_and_missed_rows(results):
+    out = io.StringIO()
+    all_met = print_summary(results, console=Console(file=out, width=160, color_system=None))
+    text = out.getvalue()
+    assert all_met is False
+    assert "one_way" in text and "2 / 3" in text
+    assert "latency" in text and "1 / 1" in text
+    assert "dsm/one_way: store B/cycle model 17 vs seed 18.87 B/cycle (-9.91%, target within 3%)" in text
+    assert "load B/cycle model" not in text
+    assert "3 / 4 rows met" in text
