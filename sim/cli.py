@@ -152,7 +152,10 @@ def _cmd_run(args):
     except (ValueError, RuntimeError) as error:
         raise UsageError(str(error)) from None
     # Every plan is built before anything is generated: bad input stops here.
-    plans = {exp: dsm.build_runs(cfg, _experiments(f)[exp]) for f, exp in pairs}
+    try:
+        plans = {exp: dsm.build_runs(cfg, _experiments(f)[exp]) for f, exp in pairs}
+    except ValueError as error:
+        raise UsageError(str(error)) from None
     results_dir = Path(args.results)
     t0 = time.monotonic()
     with console.status("generating Verilog (cached per configuration)") as status:

@@ -76,6 +76,7 @@ def test_route_hash_spreads_over_enabled_planes_only(enable, planes):
         ctx.set(dut.i_plane_enable, enable)
         for addr in range(0, 64, 4):
             for dst in (0, 7, 13):
+                ctx.set(dut.i_src, 3)
                 ctx.set(dut.i_addr, addr)
                 ctx.set(dut.i_dst, dst)
                 await ctx.delay(1e-9)
@@ -90,3 +91,82 @@ def test_flit_kinds_map_to_the_seed_virtual_channels():
     from hdl.common.flit import VC_OF_KIND
     assert VC_OF_KIND[Kind.RD_CMD] == VC.REQ and VC_OF_KIND[Kind.WR_DATA] == VC.REQ
     assert VC_OF_KIND[Kind.RD_DATA] == VC.RSP and VC_OF_KIND[Kind.ACK] == VC.RSP
+
+
+@pytest.mark.parametrize("burst", [1, 3, 5])
+def test_shaper_sends_at_most_burst_responses_while_a_request_waits(burst):
+    layout = make_flit_layout(DsmConfig())
+    dut = InjectionShaper(flit_layout=layout, credits=64)
+    sent = []
+
+    async def bench(ctx):
+        ctx.set(dut.i_flits, 2)
+        ctx.set(dut.i_cycles, 3)
+        ctx.set(dut.i_response_burst, burst)
+        ctx.set(dut.i_req.valid, 1)
+        ctx.set(dut.i_req.payload.vc, VC.REQ)
+        ctx.set(dut.i_rsp.valid, 1)
+        ctx.set(dut.i_rsp.payload.vc, VC.RSP)
+        for _ in range(300):
+            await ctx.tick()
+            if ctx.get(dut.o.valid):
+                vc = ctx.get(dut.o.flit.vc)
+                sent.append(vc)
+                ctx.set(dut.o.credit, 1 << vc)
+            else:
+                ctx.set(dut.o.credit, 0)
+
+    _run(dut, bench)
+    steady = "".join("R" if vc == VC.RSP else "q" for vc in sent[10:])
+    assert "R" * (burst + 1) not in steady
+    assert "q" + "R" * burst + "q" in steady
+
+
+@pytest.mark.parametrize("voq", [False, True])
+def test_credit_switch_delivers_every_flit_once_under_back_pressure(voq):
+    import random
+
+    from hdl.common.switch import CreditSwitch
+    layout = make_flit_layout(DsmConfig())
+    dut = CreditSwitch(flit_layout=layout, n_in=3, n_out=2, depth=2, out_credits=2,
+                       route=lambda m, flit, i: flit.dst[0], voq=voq)
+    rng = random.Random(7)
+    sent = {i: [(rng.randrange(2), rng.randrange(2), n) for n in range(40)] for i in range(3)}
+    got = []
+
+    async def bench(ctx):
+        credits = {i: [2, 2] for i in range(3)}
+        queue = {i: list(sent[i]) for i in range(3)}
+        held = {o: [] for o in range(2)}   # flits at the receiver, freed at random
+        for _ in range(800):
+            for i in range(3):
+                ctx.set(dut.i[i].valid, 0)
+                if queue[i] and credits[i][queue[i][0][1]]:
+                    dst, vc, n = queue[i].pop(0)
+                    credits[i][vc] -= 1
+                    ctx.set(dut.i[i].valid, 1)
+                    ctx.set(dut.i[i].flit.dst, dst)
+                    ctx.set(dut.i[i].flit.vc, vc)
+                    ctx.set(dut.i[i].flit.src, i)
+                    ctx.set(dut.i[i].flit.addr, n)
+            for o in range(2):
+                free = 0
+                if held[o] and rng.random() < 0.4:
+                    free = 1 << held[o].pop(0)
+                ctx.set(dut.o[o].credit, free)
+            await ctx.tick()
+            for i in range(3):
+                credits[i] = [c + ((ctx.get(dut.i[i].credit) >> v) & 1)
+                              for v, c in enumerate(credits[i])]
+            for o in range(2):
+                if ctx.get(dut.o[o].valid):
+                    flit = (ctx.get(dut.o[o].flit.src), ctx.get(dut.o[o].flit.dst),
+                            ctx.get(dut.o[o].flit.addr))
+                    assert flit[1] == o
+                    got.append(flit)
+                    held[o].append(ctx.get(dut.o[o].flit.vc))
+                assert not ctx.get(dut.o_overflow)
+
+    _run(dut, bench)
+    want = sorted((i, d, n) for i in range(3) for d, _, n in sent[i])
+    assert sorted(got) == want

@@ -7,7 +7,7 @@ written once.
 """
 
 from amaranth import Array, Module, Signal
-from amaranth.lib import wiring
+from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .arbiter import RoundRobin
@@ -41,6 +41,11 @@ class CreditSwitch(wiring.Component):
         Credits per VC at each output: the downstream buffer depth, in flits.
     n_vc : int
         Virtual channels.
+    voq : bool
+        Virtual output queues: each input keeps one queue per (VC, output),
+        sharing the VC's ``depth`` credits, so a flit waiting for a busy output
+        never blocks one behind it bound elsewhere (no head-of-line blocking,
+        which would cap a saturated crossbar near 59 % of its lanes).
 
     Members
     -------
@@ -64,7 +69,8 @@ class CreditSwitch(wiring.Component):
         If a port count, depth or credit count is not a positive integer.
     """
 
-    def __init__(self, *, flit_layout, n_in, n_out, route, depth, out_credits, n_vc=2):
+    def __init__(self, *, flit_layout, n_in, n_out, route, depth, out_credits, n_vc=2,
+                 voq=False):
         for name, value in (("n_in", n_in), ("n_out", n_out), ("depth", depth),
                             ("out_credits", out_credits)):
             if not isinstance(value, int) or value < 1:
@@ -74,6 +80,7 @@ class CreditSwitch(wiring.Component):
         self.route = route
         self.depth = depth
         self.out_credits = out_credits
+        self.voq = voq
         link = CreditLink(flit_layout, n_vc)
         super().__init__({
             "i": In(link).array(n_in),
@@ -86,8 +93,50 @@ class CreditSwitch(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        n_req = self.n_in * self.n_vc
-        heads = []      # per requester: (stream, destination index signal, vc)
+        if self.voq:
+            heads, overflow = self._voq_inputs(m)
+        else:
+            heads, overflow = self._fifo_inputs(m)
+        self._outputs(m, heads)
+        m.d.comb += self.o_overflow.eq(_any(overflow))
+        return m
+
+    def _voq_inputs(self, m):
+        heads = []
+        overflow = []
+        for i in range(self.n_in):
+            link = self.i[i]
+            dest = Signal(range(max(self.n_out, 2)), name=f"dest_{i}")
+            m.d.comb += dest.eq(self.route(m, link.flit, i))
+            for v in range(self.n_vc):
+                pops = []
+                occupied = []
+                for o in range(self.n_out):
+                    queue = fifo.SyncFIFO(width=self.flit_layout.size, depth=self.depth)
+                    m.submodules[f"voq{i}_{v}_{o}"] = queue
+                    write = link.valid & (link.flit.vc == v) & (dest == o)
+                    m.d.comb += [queue.w_data.eq(link.flit), queue.w_en.eq(write)]
+                    head = stream.Signature(self.flit_layout).create(path=(f"voq{i}_{v}_{o}",))
+                    m.d.comb += [head.payload.eq(queue.r_data), head.valid.eq(queue.r_rdy),
+                                 queue.r_en.eq(head.ready)]
+                    heads.append((head, o, v))
+                    pops.append(queue.r_rdy & head.ready)
+                    occupied.append(queue.r_rdy)
+                    flag = Signal(name=f"overflow{i}_{v}_{o}")
+                    with m.If(write & ~queue.w_rdy):
+                        m.d.sync += flag.eq(1)
+                    overflow.append(flag)
+                # Several outputs may drain one input's VC in a cycle; the credits
+                # go back one per cycle (the link refills one slot per cycle).
+                owed = Signal(range(self.n_out * self.depth + 1), name=f"owed_{i}_{v}")
+                popped = sum(p.as_unsigned() for p in pops)
+                m.d.sync += owed.eq(owed + popped - (owed != 0))
+                m.d.comb += link.credit[v].eq(owed != 0)
+                m.d.comb += self.o_occupied[i * self.n_vc + v].eq(_any(occupied))
+        return heads, overflow
+
+    def _fifo_inputs(self, m):
+        heads = []      # per requester: (stream, destination index, vc)
         overflow = []
         for i in range(self.n_in):
             buf = VcInputBuffer(flit_layout=self.flit_layout, depth=self.depth, n_vc=self.n_vc)
@@ -99,27 +148,31 @@ class CreditSwitch(wiring.Component):
                 m.d.comb += dest.eq(self.route(m, buf.o[v].payload, i))
                 m.d.comb += self.o_occupied[i * self.n_vc + v].eq(buf.o_occupied[v])
                 heads.append((buf.o[v], dest, v))
-        m.d.comb += self.o_overflow.eq(_any(overflow))
+        return heads, overflow
 
-        payloads = Array(h[0].payload.as_value() for h in heads)
-        pop_terms = [[] for _ in range(n_req)]
+    def _outputs(self, m, heads):
+        pop_terms = [[] for _ in heads]
         for o in range(self.n_out):
+            # Requesters of this output: every head whose route may name it.
+            cands = [(r, h) for r, h in enumerate(heads)
+                     if not isinstance(h[1], int) or h[1] == o]
             credits = CreditCounter(n_vc=self.n_vc, depth=self.out_credits)
-            arb = RoundRobin(n_req)
+            arb = RoundRobin(len(cands))
             m.submodules[f"credits{o}"] = credits
             m.submodules[f"arb{o}"] = arb
             m.d.comb += credits.i_return.eq(self.o[o].credit)
-            waiting = Signal(n_req, name=f"waiting{o}")
-            for r, (head, dest, v) in enumerate(heads):
-                wants = head.valid & (dest == o)
+            waiting = Signal(len(cands), name=f"waiting{o}")
+            for k, (r, (head, dest, v)) in enumerate(cands):
+                wants = head.valid & (dest == o) if not isinstance(dest, int) else head.valid
                 m.d.comb += [
-                    waiting[r].eq(wants),
-                    arb.requests[r].eq(wants & credits.o_avail[v]),
+                    waiting[k].eq(wants),
+                    arb.requests[k].eq(wants & credits.o_avail[v]),
                 ]
-                pop_terms[r].append(arb.grant[r])
+                pop_terms[r].append(arb.grant[k])
             for v in range(self.n_vc):
                 m.d.comb += credits.i_take[v].eq(
-                    _any([arb.grant[r] for r, h in enumerate(heads) if h[2] == v]))
+                    _any([arb.grant[k] for k, (r, h) in enumerate(cands) if h[2] == v]))
+            payloads = Array(h[0].payload.as_value() for r, h in cands)
             m.d.sync += [
                 self.o[o].valid.eq(arb.valid),
                 self.o[o].flit.eq(payloads[arb.grant_index]),
@@ -130,8 +183,6 @@ class CreditSwitch(wiring.Component):
                 m.d.sync += self.o_stalls[o].eq(self.o_stalls[o] + 1)
         for r, (head, _, _) in enumerate(heads):
             m.d.comb += head.ready.eq(_any(pop_terms[r]))
-        return m
-
 
 def _any(bits):
     """OR of a list of 1-bit values (0 for an empty list)."""

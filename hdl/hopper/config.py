@@ -40,30 +40,34 @@ class DsmConfig:
     # --- injection shaper (seed 000, "A 32-Byte Lane with a 2/3 Per-SM Allocation")
     shaper_flits: int = _run(2, f"{SEED}: hard limiter at 4/6 of a 32 B lane: 2 flits ...")
     shaper_cycles: int = _run(3, f"{SEED}: ... per 3 cycles (four lanes shared by six SMs)")
-    vc_policy: str = _run("round_robin", f"{SEED}: request and response VCs share the lane; "
-                                         "'round_robin' or 'response_first'")
+    vc_response_burst: int = _run(5, f"{SEED}: request and response VCs share each lane; the "
+                                     "non-blocking response VC goes first, at most this many "
+                                     "flits in a row while a request waits (0: round-robin). "
+                                     "Calibrated on experiment B's load (15.37 B/cycle)")
     # --- packets (seed 000, "Why Bidirectional Reads Lose About One Quarter",
     #     "What NVIDIA's Patent Tells Us")
     read_response_bytes: int = _run(128, f"{SEED}: 128 B read-response quantum, four 32 B flits")
-    store_packet_bytes: int = _run(512, f"{SEED}: long write = command flit + data flits; a "
-                                        "warp-wide st.shared::cluster.v4.b32 carries 512 B")
+    store_packet_bytes: int = _run(256, f"{SEED}: long write = command flit + data flits; a "
+                                        "warp-wide 8 B-per-thread store carries 256 B. "
+                                        "Calibrated on experiment A's store (18.87 B/cycle)")
     tma_command_bytes: int = _run(16384, f"{SEED}: 'TMA divides a tile into commands of at most "
                                          "16 KiB'")
-    # --- endpoint resources (seed 000: 'outstanding transaction counters'; their depths and
-    #     the read turnaround are not disclosed and are inferred from experiment A)
-    max_outstanding_reads: int = _run(6, f"{SEED}: outstanding-transaction counters "
-                                         "(depth inferred)")
-    max_unacked_store_flits: int = _run(64, f"{SEED}: outstanding-transaction counters "
-                                            "(depth inferred)")
-    ack_threshold_flits: int = _run(24, f"{SEED}: ACKs coalesced until a threshold or idle bus "
-                                        "(threshold inferred)")
-    read_turnaround_cycles: int = _run(8, f"{SEED}: cycles from a read command's arrival at "
-                                          "the target SM to its first shared-memory read "
-                                          "(inferred)")
+    # --- endpoint resources (seed 000: 'outstanding transaction counters'; depths, the
+    #     read turnaround and the ACK threshold are not disclosed)
+    max_outstanding_reads: int = _run(6, f"{SEED}: outstanding-transaction counters; with "
+                                         "read_turnaround_cycles calibrated on experiment A's "
+                                         "load (19.87 B/cycle)")
+    max_unacked_store_flits: int = _run(64, f"{SEED}: outstanding-transaction counters (deep "
+                                            "enough not to limit one SM)")
+    ack_threshold_flits: int = _run(14, f"{SEED}: ACKs coalesced until a threshold or idle bus. "
+                                        "Calibrated on experiment B's TMA (20.29 B/cycle)")
+    read_turnaround_cycles: int = _run(10, f"{SEED}: cycles from a read command's arrival at "
+                                           "the target SM to its first shared-memory read "
+                                           "(calibrated with max_outstanding_reads)")
     responder_queue: int = _hw(16, f"{SEED}: read commands queued at the target SM (depth "
                                    "inferred)")
-    link_buffer_flits: int = _hw(4, f"{SEED}: per-hop credit depth is not disclosed; 4 covers the "
-                                    "credit loop")
+    link_buffer_flits: int = _hw(8, f"{SEED}: per-hop credit depth is not disclosed; 8 per VC "
+                                    "absorbs the short-term route collisions of a full CPC")
     smem_bytes: int = _hw(200 * 1024, f"{SEED}: 'Each CTA allocates 200 KiB of dynamic shared memory'")
     watchdog_cycles: int = _hw(20000, "no progress for this many cycles ends a run as stuck")
     # --- run-time settings
@@ -125,8 +129,11 @@ class DsmConfig:
                                   for s in placement), f"slots from 0 to {self.n_slots - 1}")
             need("placement", len(set(placement)) == len(placement),
                  "distinct slots (one CTA of 200 KiB per SM)")
-        need("vc_policy", self.vc_policy in ("round_robin", "response_first"),
-             "one of 'round_robin', 'response_first'")
+        need("vc_response_burst", isinstance(self.vc_response_burst, int)
+             and 0 <= self.vc_response_burst <= 15, "an integer from 0 to 15")
+        need("ack_threshold_flits", self.ack_threshold_flits <= self.max_unacked_store_flits,
+             f"at most max_unacked_store_flits ({self.max_unacked_store_flits}), or stores "
+             "stall until the target's injection path idles")
         planes = self.plane_enable
         need("gx_planes", planes != 0, "one of 'gx0,gx1', 'gx0', 'gx1' (at least one plane on)")
         object.__setattr__(self, "payload_kib", tuple(self.payload_kib))

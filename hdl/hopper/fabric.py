@@ -43,10 +43,13 @@ class RouteHash(wiring.Component):
 
     For DSM the uTLB hashes the address instead of translating it,
     "distributing requests across GXBAR paths to avoid camping" (seed 000).
-    Here the 128 B line index of the flit's address and its destination slot
-    are folded by XOR to 2 bits: bit 1 picks the GX plane, bit 0 one of that
-    plane's two ingress lanes of the CPC.  A plane switched off by firmware is
-    never chosen: its half of the hash goes to the other plane.
+    The seed leaves the hash open and suggests "a simple deterministic
+    cache-line or packet interleave".  Here consecutive 128 B lines of a flow
+    rotate through the four routes, offset by the source and destination
+    slots so that flows moving in step start on different routes:
+    ``route = (line + src + dst) mod 4``; bit 1 picks the GX plane, bit 0 one
+    of that plane's two ingress lanes of the CPC.  A plane switched off by
+    firmware is never chosen: its half of the routes goes to the other plane.
 
     Parameters
     ----------
@@ -59,8 +62,8 @@ class RouteHash(wiring.Component):
     -------
     i_addr : In(addr_bits)
         Word address carried by the flit.
-    i_dst : In(node_bits)
-        Destination slot.
+    i_src, i_dst : In(node_bits), In(node_bits)
+        Source and destination slots.
     i_plane_enable : In(2)
         Bit p: GXp is on.  At least one must be set.
     o_route : Out(2)
@@ -70,15 +73,14 @@ class RouteHash(wiring.Component):
     def __init__(self, *, addr_bits, node_bits, line_words):
         self.line_shift = max(line_words - 1, 0).bit_length()
         self.addr_bits, self.node_bits = addr_bits, node_bits
-        super().__init__({"i_addr": In(addr_bits), "i_dst": In(node_bits),
+        super().__init__({"i_addr": In(addr_bits), "i_src": In(node_bits),
+                          "i_dst": In(node_bits),
                           "i_plane_enable": In(2), "o_route": Out(2)})
 
     def elaborate(self, platform):
         m = Module()
-        key = Cat(self.i_addr[self.line_shift:], self.i_dst)
-        folded = 0
-        for k in range(0, len(key), 2):
-            folded = folded ^ key[k:k + 2]
+        folded = Signal(2)
+        m.d.comb += folded.eq(self.i_addr[self.line_shift:] + self.i_src + self.i_dst)
         hashed = Signal()
         m.d.comb += hashed.eq(folded[1])
         plane = Mux(self.i_plane_enable.bit_select(hashed, 1), hashed, ~hashed)
@@ -111,7 +113,8 @@ class Gpcmmu(wiring.Component):
         m = Module()
         m.submodules.hash = h = self.hash
         m.d.comb += [
-            h.i_addr.eq(self.i.flit.addr), h.i_dst.eq(self.i.flit.dst),
+            h.i_addr.eq(self.i.flit.addr), h.i_src.eq(self.i.flit.src),
+            h.i_dst.eq(self.i.flit.dst),
             h.i_plane_enable.eq(self.i_plane_enable),
             self.o.valid.eq(self.i.valid), self.o.flit.eq(self.i.flit),
             self.o.flit.route.eq(h.o_route),
@@ -124,14 +127,14 @@ class GpcarbIngress(CreditSwitch):
     """GPCARB ingress of one CPC: six SM paths onto four 32 B lanes (SM2SM4).
 
     "GPCARB simply selects up to four of six ready input flits each cycle"
-    (seed 000).  Input ``3 * 0 + ...``: input ``2 * tpc + sm``.  Output lane
+    (seed 000).  Input ``2 * tpc + sm``.  Output lane
     ``2 * plane + k`` feeds GX``plane`` input port ``2 * cpc + k``; a flit
     leaves on the lane its route names.  Clock: SM clock.
     """
 
     def __init__(self, *, flit_layout, depth, lanes=4, inputs=6):
         super().__init__(flit_layout=flit_layout, n_in=inputs, n_out=lanes, depth=depth,
-                         out_credits=depth, route=lambda m, flit, i: flit.route)
+                         out_credits=depth, route=lambda m, flit, i: flit.route, voq=True)
 
 
 class GxPlane(CreditSwitch):
@@ -146,7 +149,7 @@ class GxPlane(CreditSwitch):
         table = Array(cpc_of(s, cfg) * cfg.sms_per_tpc + eg_of(s, cfg) for s in range(cfg.n_slots))
         super().__init__(flit_layout=flit_layout, n_in=2 * cfg.cpcs, n_out=2 * cfg.cpcs,
                          depth=depth, out_credits=depth,
-                         route=lambda m, flit, i: table[flit.dst])
+                         route=lambda m, flit, i: table[flit.dst], voq=True)
 
 
 class GpcarbEgress(CreditSwitch):
@@ -162,4 +165,4 @@ class GpcarbEgress(CreditSwitch):
         table = Array(tpc_of(s, cfg) for s in range(cfg.n_slots))
         super().__init__(flit_layout=flit_layout, n_in=2, n_out=cfg.tpcs_per_cpc,
                          depth=depth, out_credits=sm_depth,
-                         route=lambda m, flit, i: table[flit.dst])
+                         route=lambda m, flit, i: table[flit.dst], voq=True)

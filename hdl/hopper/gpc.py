@@ -41,13 +41,13 @@ class GpcReg(enum.IntEnum):
     ACK_THRESHOLD = 7    #: ack_threshold_flits (16 bits)
     READ_TURNAROUND = 8  #: read_turnaround_cycles (8 bits)
     FAULT = 9            #: fault injected for testing the checks: ``{slot[4:0], kind[1:0]}``
-    VC_POLICY = 10       #: injection VC policy: 0 round-robin, 1 responses first (1 bit)
+    RESPONSE_BURST = 10  #: vc_response_burst (4 bits)
 
 
 _GPC_REG_WIDTH = {GpcReg.SHAPER_FLITS: 4, GpcReg.SHAPER_CYCLES: 4, GpcReg.READ_WORDS: 4,
                   GpcReg.STORE_WORDS: 12, GpcReg.TMA_WORDS: 12, GpcReg.MAX_READS: 8,
                   GpcReg.MAX_UNACKED: 16, GpcReg.ACK_THRESHOLD: 16, GpcReg.READ_TURNAROUND: 8,
-                  GpcReg.FAULT: 7, GpcReg.VC_POLICY: 1}
+                  GpcReg.FAULT: 7, GpcReg.RESPONSE_BURST: 4}
 
 
 def gpc_registers(cfg):
@@ -62,7 +62,7 @@ def gpc_registers(cfg):
         GpcReg.ACK_THRESHOLD: cfg.ack_threshold_flits,
         GpcReg.READ_TURNAROUND: cfg.read_turnaround_cycles,
         GpcReg.FAULT: 0,
-        GpcReg.VC_POLICY: {"round_robin": 0, "response_first": 1}[cfg.vc_policy],
+        GpcReg.RESPONSE_BURST: cfg.vc_response_burst,
     }
 
 
@@ -169,7 +169,7 @@ class Gpc(wiring.Component):
             shaper = InjectionShaper(flit_layout=layout, credits=depth)
             m.d.comb += [shaper.i_flits.eq(knobs[GpcReg.SHAPER_FLITS]),
                          shaper.i_cycles.eq(knobs[GpcReg.SHAPER_CYCLES]),
-                         shaper.i_response_first.eq(knobs[GpcReg.VC_POLICY])]
+                         shaper.i_response_burst.eq(knobs[GpcReg.RESPONSE_BURST])]
             m.submodules[f"sm{s}"] = sm
             m.submodules[f"shaper{s}"] = shaper
             wiring.connect(m, sm.o_req, shaper.i_req)

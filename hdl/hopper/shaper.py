@@ -23,10 +23,13 @@ class InjectionShaper(wiring.Component):
     A token count grows by ``flits`` each cycle up to ``flits + cycles - 1``;
     sending a flit costs ``cycles`` tokens.  Under steady demand this gives
     exactly ``flits`` flits in every ``cycles`` cycles; after idling it allows
-    at most two flits back to back (the small bucket the seed leaves open).
-    Between the two VCs it alternates round-robin, or with ``i_response_first``
-    always prefers the non-blocking response VC; a VC is eligible only while
-    the next hop (TPC arbiter) holds a credit for it.
+    a burst of at most ``(flits + cycles - 1) / cycles`` flits above the rate
+    (two back to back at 2/3: the small bucket the seed leaves open).
+    Between the two VCs: with ``i_response_burst`` = 0 it alternates
+    round-robin; with ``k`` > 0 the non-blocking response VC goes first, but a
+    waiting request flit is sent after at most ``k`` response flits in a row,
+    so requests are never starved.  A VC is eligible only while the next hop
+    (TPC arbiter) holds a credit for it.
 
     Clock: SM clock (``sync``).
 
@@ -41,8 +44,9 @@ class InjectionShaper(wiring.Component):
     -------
     i_flits, i_cycles : In(4), In(4)
         Shaping ratio, 1 <= flits <= cycles <= 15 (run-time setting).
-    i_response_first : In(1)
-        VC policy: 0 round-robin, 1 response VC first (run-time setting).
+    i_response_burst : In(4)
+        VC policy: 0 round-robin, k > 0 responses first, at most k in a row
+        while a request waits (run-time setting).
     i_req, i_rsp : In(stream.Signature(flit_layout))
         Request-VC and response-VC flits from the SM endpoint.
     o : Out(CreditLink(flit_layout))
@@ -63,7 +67,7 @@ class InjectionShaper(wiring.Component):
             raise ValueError(f"credits must be a positive integer, not {credits!r}")
         self.credits = credits
         super().__init__({
-            "i_flits": In(4, init=2), "i_cycles": In(4, init=3), "i_response_first": In(1),
+            "i_flits": In(4, init=2), "i_cycles": In(4, init=3), "i_response_burst": In(4),
             "i_req": In(stream.Signature(flit_layout)),
             "i_rsp": In(stream.Signature(flit_layout)),
             "o": Out(CreditLink(flit_layout)),
@@ -86,9 +90,19 @@ class InjectionShaper(wiring.Component):
         allowed = Signal()
         m.d.comb += allowed.eq(tokens >= self.i_cycles)
         eligible = {vc: allowed & port.valid & credits.o_avail[vc] for vc, port in inputs.items()}
+        streak = Signal(4)
+        hold_requests = Signal()
+        m.d.comb += hold_requests.eq((self.i_response_burst != 0) & eligible[VC.RSP]
+                                     & (streak < self.i_response_burst))
+        m.d.comb += [arb.requests[VC.RSP].eq(eligible[VC.RSP]),
+                     arb.requests[VC.REQ].eq(eligible[VC.REQ] & ~hold_requests)]
+        # Count responses sent while a request waits, whether or not this
+        # cycle had a token: the limit is on responses overtaking a request.
+        with m.If(arb.grant[VC.REQ] | ~self.i_req.valid):
+            m.d.sync += streak.eq(0)
+        with m.Elif(arb.grant[VC.RSP] & (streak < self.i_response_burst)):
+            m.d.sync += streak.eq(streak + 1)
         for vc, port in inputs.items():
-            block = self.i_response_first & eligible[VC.RSP] if vc == VC.REQ else 0
-            m.d.comb += arb.requests[vc].eq(eligible[vc] & ~block)
             m.d.comb += port.ready.eq(arb.grant[vc])
             m.d.comb += credits.i_take[vc].eq(arb.grant[vc])
 

@@ -349,10 +349,16 @@ ISOLATED_PAIRS = ((0, 1), (1, 0), (0, 2), (0, 3), (2, 5), (0, 6), (6, 0), (1, 7)
 EXPERIMENTS = {e.name: e for e in (
     Experiment("one_way", "A: one-way, 2 SMs",
                tuple(Series(k, _one_way(k)) for k in ("load", "store", "tma")),
-               _bandwidth_rows("one_way", ("load", "store", "tma"))),
+               _bandwidth_rows("one_way", ("load", "store", "tma")),
+               notes=("Calibrated, not predicted: the load row sets max_outstanding_reads and "
+                      "read_turnaround_cycles (the seed does not disclose them), the store row "
+                      "sets store_packet_bytes. The TMA row follows from the 2/3 shaper and one "
+                      "command flit per 16 KiB.",)),
     Experiment("bidirectional", "B: bidirectional, 2 SMs, per direction",
                tuple(Series(k, _both_ways(k)) for k in ("load", "store", "tma")),
-               _bandwidth_rows("bidirectional", ("load", "store", "tma"))),
+               _bandwidth_rows("bidirectional", ("load", "store", "tma")),
+               notes=("Calibrated, not predicted: the load row sets vc_response_burst, the TMA "
+                      "row sets ack_threshold_flits. The store row follows.",)),
     Experiment("mixed", "C: rank 0 reads rank 1 while a store or TMA put moves a second payload",
                tuple(Series(f"load_{k}_{d}", _mixed(k, d == "same"))
                      for d in ("same", "opposite") for k in ("store", "tma")),
@@ -394,6 +400,7 @@ def build_runs(cfg: DsmConfig, experiment: Experiment):
             run = build_run(scfg, series.streams(nbytes), f"{series.name}@{kib}KiB",
                             series.plane_enable)
             run["series"], run["payload_bytes"] = series.name, nbytes
+            run["ranks"] = list(scfg.ranks)
             runs.append(run)
     return runs
 
@@ -419,7 +426,13 @@ def analyse(cfg: DsmConfig, experiment: Experiment, runs, results, simulator):
     if experiment.fit:
         fits = {name: fit_affine([p[0] for p in pts], [p[1] for p in pts])
                 for name, pts in points.items()}
+    first = {}
+    for run in runs:
+        first.setdefault(run["series"], run)
+    # ns is the cycle count converted at sm_clock_ghz, not a second measurement.
     series = [{"name": name,
+               "ranks_on_slots": first[name]["ranks"],
+               "plane_enable": first[name]["plane_enable"],
                "points": [{"payload_bytes": b, "cycles": c, "ns": c / cfg.sm_clock_ghz}
                           for b, c in pts],
                "fit": fits[name].to_json() if name in fits else None}
