@@ -142,4 +142,4 @@ def test_stuck_report_names_where_traffic_waits(verilog, tmp_path):
         dsm.check_run(cfg, result)
     text = str(info.value)
     # The source waits for an acknowledgement that never comes; the target is a byte short.
-    assert "sm0 unacked_flits=1" in text and "sm1 received 16352/16384 B" in text
+    assert "sm0 unacked_flits=1" in text and "sm1 received=16352/16384 B" in text

@@ -19,8 +19,8 @@ class Kind(enum.IntEnum):
     """Packet kind carried in every flit (3 bits).
 
     The request/response split follows the packet table of NVIDIA patent
-    US12248788B2 as read in seed 000 ("Virtual Channels, Credits, and
-    Deadlock"): read commands, write commands and write data travel on the
+    US12248788B2 as read in seed 000 ("What NVIDIA's Patent Tells Us"):
+    read commands, write commands and write data travel on the
     blocking request VC; read data and acknowledgements on the non-blocking
     response VC.  Barrier messages are responses so that they never wait
     behind blocked requests.

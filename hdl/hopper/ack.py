@@ -47,9 +47,18 @@ class AckCoalescer(wiring.Component):
         ACK flits (response VC).
     o_owed : Out(32)
         Flits owed an acknowledgement, summed over sources.
+
+    Raises
+    ------
+    ValueError
+        If ``n_nodes`` is not positive or ``slot`` is not one of its slots.
     """
 
     def __init__(self, *, flit_layout, n_nodes, slot):
+        if not (isinstance(n_nodes, int) and n_nodes >= 1):
+            raise ValueError(f"n_nodes must be a positive integer, not {n_nodes!r}")
+        if not (isinstance(slot, int) and 0 <= slot < n_nodes):
+            raise ValueError(f"slot must be an integer from 0 to {n_nodes - 1}, not {slot!r}")
         self.flit_layout = flit_layout
         self.n_nodes, self.slot = n_nodes, slot
         super().__init__({

@@ -109,6 +109,15 @@ class FlitPipe(wiring.Component):
     later.  ``o_ready`` says a header may be issued this cycle, counting the
     headers still in the pipeline, so the FIFO never overflows.
 
+    Parameters
+    ----------
+    flit_layout : StructLayout
+        Flit layout.
+    addr_bits : int
+        Word-address width of the memory.
+    latency : int
+        Cycles from issue to the output FIFO, at least 1.
+
     Members
     -------
     i_valid : In(1)
@@ -222,9 +231,28 @@ class SmEndpoint(wiring.Component):
         The arrival buffer overflowed (credit protocol broken).
     o_occupied : Out(2)
         Arrival queue per VC not empty (for stuck reports).
+    i_max_reads : In(8)
+        Outstanding 128 B reads allowed (``max_outstanding_reads``).
+    i_max_unacked : In(16)
+        Store data flits allowed without acknowledgement (``max_unacked_store_flits``).
+    i_ack_threshold : In(16)
+        Owed flits that force an ACK (``ack_threshold_flits``).
+    i_read_turnaround : In(8)
+        SM cycles a read command waits before its first memory read.
+    i_read_words, i_store_words, i_tma_words : In(4), In(12), In(12)
+        Flits per read response, per store packet, per TMA command.
+    i_fault : In(2)
+        :class:`Fault` to inject into this run's first arriving data flit.
+
+    Raises
+    ------
+    ValueError
+        If ``slot`` is not a slot of ``cfg``.
     """
 
     def __init__(self, *, cfg, flit_layout, slot):
+        if not (isinstance(slot, int) and 0 <= slot < cfg.n_slots):
+            raise ValueError(f"slot must be an integer from 0 to {cfg.n_slots - 1}, not {slot!r}")
         self.cfg, self.flit_layout, self.slot = cfg, flit_layout, slot
         self.addr_bits = max(cfg.smem_words - 1, 1).bit_length()
         self.words_per_flit_granules = cfg.flit_bytes // GRANULE_BYTES

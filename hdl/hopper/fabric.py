@@ -68,9 +68,18 @@ class RouteHash(wiring.Component):
         Bit p: GXp is on.  At least one must be set.
     o_route : Out(2)
         ``{plane, lane}``.
+
+    Raises
+    ------
+    ValueError
+        If a width or ``line_words`` is not a positive integer.
     """
 
     def __init__(self, *, addr_bits, node_bits, line_words):
+        for name, value in (("addr_bits", addr_bits), ("node_bits", node_bits),
+                            ("line_words", line_words)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, not {value!r}")
         self.line_shift = max(line_words - 1, 0).bit_length()
         self.addr_bits, self.node_bits = addr_bits, node_bits
         super().__init__({"i_addr": In(addr_bits), "i_src": In(node_bits),
@@ -93,6 +102,15 @@ class Gpcmmu(wiring.Component):
 
     Responses leaving a target SM go through it too (the patent's fold path,
     Figure 21D), so their routes are hashed like requests.
+
+    Parameters
+    ----------
+    flit_layout : StructLayout
+        Flit layout.
+    addr_bits, node_bits : int
+        Widths of the flit's address and slot fields.
+    line_words : int
+        Words per hashed line (see :class:`RouteHash`).
 
     Members
     -------

@@ -118,7 +118,9 @@ class Gpc(wiring.Component):
     cfg_data : In(32)
         Register value.
     plane_enable : In(2)
-        Bit p: GX plane p is on (firmware setting; at least one).
+        Bit p: GX plane p is on (firmware setting).  With both bits clear the
+        route hash still picks a plane; the configuration refuses that case
+        (``gx_planes``) before anything is built.
     ctl_init, ctl_start, ctl_verify : In(1)
         One-cycle pulses: clear and fill memories, start traffic, check data.
     init_done : Out(1)
