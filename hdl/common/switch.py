@@ -163,7 +163,8 @@ class CreditSwitch(wiring.Component):
             m.d.comb += credits.i_return.eq(self.o[o].credit)
             waiting = Signal(len(cands), name=f"waiting{o}")
             for k, (r, (head, dest, v)) in enumerate(cands):
-                wants = head.valid & (dest == o) if not isinstance(dest, int) else head.valid
+                # A virtual output queue's destination is a constant, a FIFO head's a signal.
+                wants = head.valid & (dest == o)
                 m.d.comb += [
                     waiting[k].eq(wants),
                     arb.requests[k].eq(wants & credits.o_avail[v]),
@@ -183,6 +184,7 @@ class CreditSwitch(wiring.Component):
                 m.d.sync += self.o_stalls[o].eq(self.o_stalls[o] + 1)
         for r, (head, _, _) in enumerate(heads):
             m.d.comb += head.ready.eq(_any(pop_terms[r]))
+
 
 def _any(bits):
     """OR of a list of 1-bit values (0 for an empty list)."""
