@@ -27,7 +27,13 @@ __all__ = ["config_hash", "generate_verilog"]
 _HASH_CHARS = 12
 
 
-def _hdl_sources() -> dict[str, Path]:
+def _hdl_sources(fabric: str | None = None) -> dict[str, Path]:
+    """``.py`` files under ``hdl/`` that shape a fabric's Verilog.
+
+    With `fabric` (a subpackage name such as ``"hopper"``) the other fabrics'
+    subpackages are left out, so editing one fabric never rebuilds another;
+    ``hdl/common`` and the package root are always included.
+    """
     spec = importlib.util.find_spec("hdl")
     if spec is None or not spec.submodule_search_locations:
         return {}
@@ -35,10 +41,20 @@ def _hdl_sources() -> dict[str, Path]:
     for location in spec.submodule_search_locations:
         root = Path(location).resolve()
         for path in root.rglob("*.py"):
+            inner = path.relative_to(root)
+            top = inner.parts[0] if len(inner.parts) > 1 else None
+            if fabric is not None and top not in (None, "common", fabric):
+                continue
             # Keyed by the path inside the package, so a checkout in another
             # folder hashes the same and a moved file changes the hash.
-            files[f"hdl/{path.relative_to(root).as_posix()}"] = path
+            files[f"hdl/{inner.as_posix()}"] = path
     return files
+
+
+def _fabric_of(component_factory: Callable[[Any], Any] | None) -> str | None:
+    module = getattr(component_factory, "__module__", "") or ""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 and parts[0] == "hdl" else None
 
 
 def _factory_source(component_factory: Callable[[Any], Any]) -> Path | None:
@@ -55,7 +71,7 @@ def config_hash(config: Any, component_factory: Callable[[Any], Any] | None = No
     """Hash of everything that determines the Verilog for a configuration.
 
     Covered: the Amaranth version, this module's source (it post-processes
-    the Verilog), the configuration's type and ``repr``, every ``.py`` file
+    the Verilog), the configuration's type and ``repr``, the ``.py`` files
     under the ``hdl`` package (by path inside it and content), and the file
     defining `component_factory` if that is outside ``hdl``. Editing any of
     them gives a new hash, hence a rebuild.
@@ -68,7 +84,9 @@ def config_hash(config: Any, component_factory: Callable[[Any], Any] | None = No
         (avoid sets of strings, whose order changes with hash seeding).
     component_factory : callable, optional
         The factory that will build the component; the source file that
-        defines it is hashed too, when it is outside the ``hdl`` package.
+        defines it is hashed too, when it is outside the ``hdl`` package.  A
+        factory inside ``hdl/<fabric>/`` hashes only that fabric's sources
+        with ``hdl/common``.
 
     Returns
     -------
@@ -104,7 +122,7 @@ def config_hash(config: Any, component_factory: Callable[[Any], Any] | None = No
     add("sim/build.py", Path(__file__).read_bytes())
     config_type = type(config)
     add("config", f"{config_type.__module__}.{config_type.__qualname__}:{config!r}".encode())
-    sources = _hdl_sources()
+    sources = _hdl_sources(_fabric_of(component_factory))
     if component_factory is not None:
         extra = _factory_source(component_factory)
         if extra is not None and extra not in sources.values():

@@ -59,8 +59,9 @@ class DsmConfig:
                                          "load (19.87 B/cycle)")
     max_unacked_store_flits: int = _run(64, f"{SEED}: outstanding-transaction counters (deep "
                                             "enough not to limit one SM)")
-    ack_threshold_flits: int = _run(14, f"{SEED}: ACKs coalesced until a threshold or idle bus. "
-                                        "Calibrated on experiment B's TMA (20.29 B/cycle)")
+    ack_threshold_flits: int = _run(40, f"{SEED}: ACKs coalesced until a threshold or idle bus. "
+                                        "Calibrated between experiment B's TMA (20.29 B/cycle) "
+                                        "and the 2-SM ring of D (21.3), which both cover")
     read_turnaround_cycles: int = _run(10, f"{SEED}: cycles from a read command's arrival at "
                                            "the target SM to its first shared-memory read "
                                            "(calibrated with max_outstanding_reads)")

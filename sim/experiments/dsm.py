@@ -358,14 +358,31 @@ EXPERIMENTS = {e.name: e for e in (
                tuple(Series(k, _both_ways(k)) for k in ("load", "store", "tma")),
                _bandwidth_rows("bidirectional", ("load", "store", "tma")),
                notes=("Calibrated, not predicted: the load row sets vc_response_burst, the TMA "
-                      "row sets ack_threshold_flits. The store row follows.",)),
+                      "row and the 2-SM ring of D set ack_threshold_flits: one ACK per 40 flits costs "
+                      "1/41 of the receiver's injection, inside both seed windows (B TMA "
+                      "20.29 +-3 %, D 21.3 +-3 %). The store row follows.",)),
     Experiment("mixed", "C: rank 0 reads rank 1 while a store or TMA put moves a second payload",
                tuple(Series(f"load_{k}_{d}", _mixed(k, d == "same"))
                      for d in ("same", "opposite") for k in ("store", "tma")),
-               _mixed_rows),
+               _mixed_rows,
+               notes=("Known gaps. Load plus store, same direction: store packets of 256 B carry "
+                      "one command flit per 8 data flits, which costs 6 % of the shared "
+                      "direction; the seed's 21.38 B/cycle (above the 21.33 shaper rate) shows "
+                      "almost no write-command overhead, yet its one-way store (18.87) needs it. "
+                      "Load plus TMA, opposite: the read commands and the TMA data share rank "
+                      "0's injection and the model reaches the 5-flits-per-128 B bound; the "
+                      "chip loses a further 14 % that the seed does not explain.",)),
     Experiment("ring", "D: TMA put ring, 2 to 16 SMs",
                tuple(Series(f"ring{n}", _ring(n), cluster_size=n) for n in (2, 4, 8, 16)),
-               _ring_rows),
+               _ring_rows,
+               notes=("Known gap at 8 and 16 SMs: a CPC with six active SMs offers exactly its "
+                      "four ingress lanes (6 x 2/3) and each egress block exactly its two GX "
+                      "outputs, so every route collision of the address hash costs bandwidth "
+                      "(7 % here). The chip holds 21 B/SM-cycle, which the seed reads as a fixed "
+                      "TDM-like allocation; the model's arbiters are round-robin. The intercept "
+                      "is fill, drain and a network barrier (tens of cycles), far below the "
+                      "seed's 1,101 to 5,256 cycles, which include launch and mbarrier costs "
+                      "the model does not have.",)),
     Experiment("topology", "E: 16 SMs at 64 KiB: ring strides and adjacent pairs",
                tuple(Series(f"stride{s}", _ring(16, s), 16, (64,)) for s in range(1, 16))
                + (Series("pairs", _pairs(16), 16, (64,)),),
