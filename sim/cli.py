@@ -4,7 +4,7 @@
     fabricsim run NAME... [--set FIELD=VALUE]... [--sim verilator|icarus] [--waves]
     fabricsim report
 
-NAME is a fabric (``dsm``), one experiment (``dsm.one_way``) or ``all``.
+NAME is a fabric (``dsm``, ``mesh``), one experiment (``dsm.one_way``) or ``all``.
 ``--set`` overrides any field of the fabric's configuration for a what-if;
 structural fields rebuild the RTL (cached by configuration), run-time fields
 only change the registers written per run.
@@ -22,16 +22,41 @@ from pathlib import Path
 
 __all__ = ["main", "parse_overrides", "resolve_names"]
 
-FABRICS = ("dsm",)
+FABRICS = ("dsm", "mesh")
 
 
 class UsageError(ValueError):
     """Bad command-line input; the message names the field and what is allowed."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Fabric:
+    """How to build and run one fabric: its configuration class, top-level
+    component, Verilog module name, cocotb testbench module and experiments
+    module (``EXPERIMENTS``, ``build_runs``, ``plan``, ``analyse``,
+    ``ExperimentError``, optionally ``build_config``)."""
+
+    config: type
+    top: object
+    top_name: str
+    testbench: str
+    module: object
+
+
+def _fabric(name):
+    if name == "dsm":
+        from hdl.hopper.config import DsmConfig
+        from hdl.hopper.gpc import Gpc
+        from sim.experiments import dsm
+        return Fabric(DsmConfig, Gpc, "dsm_gpc", "testbenches.dsm", dsm)
+    from hdl.etsoc.config import MeshConfig
+    from hdl.etsoc.mesh import EtSocMesh
+    from sim.experiments import mesh
+    return Fabric(MeshConfig, EtSocMesh, "etsoc_mesh", "testbenches.mesh", mesh)
+
+
 def _experiments(fabric):
-    from sim.experiments import dsm
-    return {"dsm": dsm.EXPERIMENTS}[fabric]
+    return _fabric(fabric).module.EXPERIMENTS
 
 
 def resolve_names(names):
@@ -115,7 +140,6 @@ def _cmd_list(args):
     from rich.console import Console
     from rich.table import Table
 
-    from hdl.hopper.config import DsmConfig
     console = Console()
     table = Table(title="experiments")
     for col in ("name", "what"):
@@ -124,55 +148,82 @@ def _cmd_list(args):
         for name, exp in _experiments(fabric).items():
             table.add_row(f"{fabric}.{name}", exp.title)
     console.print(table)
-    table = Table(title="dsm configuration (--set FIELD=VALUE)")
-    for col in ("field", "default", "rebuilds", "source"):
-        table.add_column(col, overflow="fold")
-    for f in dataclasses.fields(DsmConfig):
-        table.add_row(f.name, repr(f.default), "yes" if f.metadata.get("structural") else "no",
-                      f.metadata.get("source", ""))
-    console.print(table)
+    for fabric in FABRICS:
+        table = Table(title=f"{fabric} configuration (--set FIELD=VALUE)")
+        for col in ("field", "default", "rebuilds", "source"):
+            table.add_column(col, overflow="fold")
+        for f in dataclasses.fields(_fabric(fabric).config):
+            default = f.default if len(repr(f.default)) < 40 else "(see source)"
+            table.add_row(f.name, repr(default) if default != "(see source)" else default,
+                          "yes" if f.metadata.get("structural") else "no",
+                          f.metadata.get("source", ""))
+        console.print(table)
     return 0
 
 
 def _cmd_run(args):
     from rich.console import Console
 
-    from hdl.hopper.config import DsmConfig
-    from hdl.hopper.gpc import Gpc
     from sim.build import generate_verilog
-    from sim.experiments import dsm
     from sim.runner import run_cocotb
     from sim.toolchain import check_simulator
 
     console = Console(stderr=True)
     pairs = resolve_names(args.names)
-    cfg = parse_overrides(DsmConfig, args.set)
+    fabrics = list(dict.fromkeys(f for f, _ in pairs))
+    sets = {f: [item for item in args.set] for f in fabrics}
+    if len(fabrics) > 1 and args.set:
+        # A --set applies to every fabric that has the field.
+        for f in fabrics:
+            names = {x.name for x in dataclasses.fields(_fabric(f).config)}
+            sets[f] = [item for item in args.set if item.partition("=")[0] in names]
+        known = set().union(*({x.name for x in dataclasses.fields(_fabric(f).config)}
+                              for f in fabrics))
+        for item in args.set:
+            if item.partition("=")[0] not in known:
+                raise UsageError(f"--set field must be a field of {', '.join(fabrics)}, "
+                                 f"not {item.partition('=')[0]!r}")
     try:
         check_simulator(args.sim)
     except (ValueError, RuntimeError) as error:
         raise UsageError(str(error)) from None
     # Every plan is built before anything is generated: bad input stops here.
-    try:
-        plans = {exp: dsm.build_runs(cfg, _experiments(f)[exp]) for f, exp in pairs}
-    except ValueError as error:
-        raise UsageError(str(error)) from None
-    results_dir = Path(args.results)
-    t0 = time.monotonic()
-    with console.status("generating Verilog (cached per configuration)") as status:
-        verilog = generate_verilog(Gpc, cfg.hardware(), "dsm_gpc", build_root=Path(args.build))
-    console.log(f"Verilog: {verilog} ({time.monotonic() - t0:.0f} s)")
-    failed = False
+    jobs = []
     for fabric, name in pairs:
-        exp = _experiments(fabric)[name]
-        runs = plans[name]
+        fab = _fabric(fabric)
+        cfg = parse_overrides(fab.config, sets[fabric])
+        exp = fab.module.EXPERIMENTS[name]
+        explicit = {item.partition("=")[0] for item in sets[fabric]}
+        if hasattr(fab.module, "build_config"):
+            try:
+                cfg = fab.module.build_config(cfg, exp, explicit)
+            except ValueError as error:
+                raise UsageError(str(error)) from None
+        try:
+            runs = fab.module.build_runs(cfg, exp)
+        except ValueError as error:
+            raise UsageError(str(error)) from None
+        jobs.append((fabric, name, fab, cfg, exp, runs))
+    results_dir = Path(args.results)
+    failed = False
+    verilog_of = {}
+    for fabric, name, fab, cfg, exp, runs in jobs:
+        key = (fabric, repr(cfg.hardware()))
+        if key not in verilog_of:
+            t0 = time.monotonic()
+            with console.status(f"{fabric}: generating Verilog (cached per configuration)"):
+                verilog_of[key] = generate_verilog(fab.top, cfg.hardware(), fab.top_name,
+                                                   build_root=Path(args.build))
+            console.log(f"{fabric} Verilog: {verilog_of[key]} ({time.monotonic() - t0:.0f} s)")
+        verilog = verilog_of[key]
         t1 = time.monotonic()
         with console.status(f"{fabric}.{name}: {len(runs)} runs on {args.sim}"):
-            result = run_cocotb(verilog, "dsm_gpc", "testbenches.dsm", sim=args.sim,
-                                waves=args.waves, plan=dsm.plan(cfg, runs),
+            result = run_cocotb(verilog, fab.top_name, fab.testbench, sim=args.sim,
+                                waves=args.waves, plan=fab.module.plan(cfg, runs),
                                 test_dir=Path(args.build) / "runs" / args.sim / f"{fabric}.{name}")
         try:
-            data = dsm.analyse(cfg, exp, runs, result["runs"], args.sim)
-        except dsm.ExperimentError as error:
+            data = fab.module.analyse(cfg, exp, runs, result["runs"], args.sim)
+        except fab.module.ExperimentError as error:
             console.log(f"[red]{fabric}.{name} failed:[/red] {error}")
             failed = True
             continue

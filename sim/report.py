@@ -133,11 +133,23 @@ class ResultSeries:
     payload_bytes: tuple[int, ...]
     cycles: tuple[float, ...]
     fit: AffineFit | None
+    hops: tuple[int, ...] = ()
+    hop_fit: tuple[float, float] | None = None
 
     @property
     def plottable(self) -> bool:
         """True when the series has a fit and at least two points."""
+        if self.hops:
+            return self.hop_fit is not None and len(self.hops) >= 2
         return self.fit is not None and len(self.payload_bytes) >= 2
+
+    @property
+    def hop_residuals(self) -> tuple[float, ...]:
+        """Cycles minus ``alpha + beta * hops`` of a hop-indexed series."""
+        if self.hop_fit is None:
+            return ()
+        alpha, beta = self.hop_fit
+        return tuple(c - (alpha + beta * h) for h, c in zip(self.hops, self.cycles))
 
 
 @dataclass(frozen=True)
@@ -148,6 +160,9 @@ class ExperimentResult:
     -------
     path : Path
         File the result was read from.
+    heatmap : dict or None
+        ``{"from_shire", "cols", "rows", "non_compute", "cells": [{"shire", "x",
+        "y", "cycles"}]}``: round trips from one shire drawn on the mesh.
     fabric, experiment : str
         Names matching the file's directory and stem.
     title : str
@@ -173,6 +188,12 @@ class ExperimentResult:
     series: tuple[ResultSeries, ...]
     rows: tuple[ResultRow, ...]
     notes: tuple[str, ...] = field(default=())
+    heatmap: dict[str, Any] | None = None
+
+    @property
+    def heatmap_path(self) -> Path:
+        """Where the placement heat map is written."""
+        return self.path.with_name(self.path.stem + "_heatmap.png")
 
     @property
     def rows_met(self) -> int:
@@ -282,17 +303,37 @@ def row_met(raw: Mapping[str, Any]) -> bool:
     return _load_row(_Context(Path("<row>")), raw, "row").passes
 
 
-def _load_series(ctx: _Context, name: str, raw_points: list[Any], raw_fit: Any, where: str) -> ResultSeries:
-    payloads: list[int] = []
+def _load_points(ctx: _Context, raw_points: list[Any], where: str,
+                 axis: str) -> tuple[list[int], list[float]]:
+    """``(x values, cycles)`` of a series' points; ``axis`` names the x key."""
+    xs: list[int] = []
     cycles: list[float] = []
     for i, raw_point in enumerate(raw_points):
         pwhere = f"{where}.points[{i}]"
         point = ctx.obj(raw_point, pwhere)
-        payload = ctx.number(point, "payload_bytes", pwhere)
-        if payload < 0 or payload != int(payload):
-            raise ctx.error(pwhere, f"key 'payload_bytes' must be a non-negative integer, not {payload!r}")
-        payloads.append(int(payload))
+        x = ctx.number(point, axis, pwhere)
+        if x < 0 or x != int(x):
+            raise ctx.error(pwhere, f"key '{axis}' must be a non-negative integer, not {x!r}")
+        xs.append(int(x))
         cycles.append(float(ctx.number(point, "cycles", pwhere)))
+    return xs, cycles
+
+
+def _load_hop_series(ctx: _Context, name: str, raw_points: list[Any], raw_fit: Any,
+                     where: str) -> ResultSeries:
+    hop_values, cycles = _load_points(ctx, raw_points, where, "hops")
+    hop_fit = None
+    if raw_fit is not None:
+        fwhere = f"{where}.fit"
+        fit_obj = ctx.obj(raw_fit, fwhere)
+        hop_fit = (float(ctx.number(fit_obj, "alpha_cycles", fwhere)),
+                   float(ctx.number(fit_obj, "beta_cycles_per_hop", fwhere)))
+    return ResultSeries(name=name, payload_bytes=(), cycles=tuple(cycles), fit=None,
+                        hops=tuple(hop_values), hop_fit=hop_fit)
+
+
+def _load_series(ctx: _Context, name: str, raw_points: list[Any], raw_fit: Any, where: str) -> ResultSeries:
+    payloads, cycles = _load_points(ctx, raw_points, where, "payload_bytes")
 
     fit = None
     if raw_fit is not None:
@@ -340,8 +381,12 @@ def _load_experiment(path: Path) -> ExperimentResult:
         for i, raw_series in enumerate(ctx.array(doc, "series", "top level")):
             where = f"series[{i}]"
             s = ctx.obj(raw_series, where)
+            axis = s.get("x", "payload_bytes")
+            if axis not in ("payload_bytes", "hops"):
+                raise ctx.error(where, f"key 'x' must be 'payload_bytes' or 'hops', not {axis!r}")
+            load = _load_hop_series if axis == "hops" else _load_series
             series.append(
-                _load_series(ctx, ctx.string(s, "name", where), ctx.array(s, "points", where), s.get("fit"), where)
+                load(ctx, ctx.string(s, "name", where), ctx.array(s, "points", where), s.get("fit"), where)
             )
     elif "points" in doc:
         series.append(_load_series(ctx, experiment, ctx.array(doc, "points", "top level"), doc.get("fit"), "top level"))
@@ -352,7 +397,18 @@ def _load_experiment(path: Path) -> ExperimentResult:
     if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
         raise ctx.error("top level", "key 'notes' must be a list of strings")
 
+    heatmap = doc.get("heatmap")
+    if heatmap is not None:
+        hm = ctx.obj(heatmap, "heatmap")
+        for key in ("from_shire", "cols", "rows"):
+            ctx.number(hm, key, "heatmap")
+        for i, cell in enumerate(ctx.array(hm, "cells", "heatmap")):
+            for key in ("x", "y", "shire", "cycles"):
+                ctx.number(ctx.obj(cell, f"heatmap.cells[{i}]"), key, f"heatmap.cells[{i}]")
+        heatmap = dict(hm)
+
     return ExperimentResult(
+        heatmap=heatmap,
         path=path,
         fabric=fabric,
         experiment=experiment,
@@ -453,8 +509,81 @@ def _status(result: ExperimentResult) -> str:
 # Plotting
 
 
+def _render_hop_plot(result: ExperimentResult) -> bytes:
+    """PNG of round-trip cycles vs mesh hops with the fit (top) and residuals (bottom)."""
+    fig = Figure(figsize=(7.0, 5.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    top, bottom = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
+    for s in result.series:
+        if not (s.hops and s.plottable):
+            continue
+        assert s.hop_fit is not None
+        alpha, beta = s.hop_fit
+        (marks,) = top.plot(s.hops, s.cycles, "o", alpha=0.5)
+        color = marks.get_color()
+        lo, hi = min(s.hops), max(s.hops)
+        top.plot([lo, hi], [alpha + beta * lo, alpha + beta * hi], "-", color=color,
+                 label=f"{s.name}: {_fmt_number(alpha)} + {_fmt_number(beta)} x hops cycles")
+        bottom.plot(s.hops, s.hop_residuals, "o", color=color, alpha=0.5)
+    bottom.axhline(0.0, color="0.4", linewidth=0.8)
+    top.set_title(result.title)
+    top.set_ylabel("round trip (minion cycles)")
+    top.legend(fontsize="small")
+    top.grid(True, alpha=0.3)
+    bottom.set_xlabel("mesh hops")
+    bottom.set_ylabel("residual (cycles)")
+    bottom.grid(True, alpha=0.3)
+    return _png(fig)
+
+
+def _render_heatmap(result: ExperimentResult) -> bytes:
+    """PNG of the mesh placement, each shire coloured by its round trip from one shire."""
+    import numpy as np
+
+    hm = result.heatmap
+    assert hm is not None
+    cols, rows = int(hm["cols"]), int(hm["rows"])
+    grid = np.full((rows, cols), np.nan)
+    fig = Figure(figsize=(6.0, 5.2), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    for cell in hm["cells"]:
+        grid[int(cell["y"]), int(cell["x"])] = cell["cycles"]
+    image = ax.imshow(grid, cmap="Blues")
+    fig.colorbar(image, ax=ax, label="round trip (minion cycles)")
+    for cell in hm["cells"]:
+        ax.text(cell["x"], cell["y"], f"{cell['shire']}\n{cell['cycles']:.0f}", ha="center",
+                va="center", fontsize=7)
+    for x, y in hm.get("non_compute", []):
+        ax.add_patch(_rectangle(x, y, "0.75"))
+    if "source_cell" in hm:
+        x, y = hm["source_cell"]
+        ax.add_patch(_rectangle(x, y, "gold"))
+        ax.text(x, y, f"{hm['from_shire']}\nsource", ha="center", va="center", fontsize=7)
+    ax.set_title(f"{result.title}: from shire {hm['from_shire']}")
+    ax.set_xticks(range(cols))
+    ax.set_yticks(range(rows))
+    ax.set_xlabel("x")
+    ax.set_ylabel("y")
+    return _png(fig)
+
+
+def _rectangle(x: float, y: float, color: str) -> Any:
+    from matplotlib.patches import Rectangle
+    return Rectangle((x - 0.5, y - 0.5), 1, 1, color=color)
+
+
+def _png(fig: Figure) -> bytes:
+    buffer = io.BytesIO()
+    # No "Software" tag so regenerated plots differ only when the data does.
+    fig.savefig(buffer, format="png", dpi=110, metadata={"Software": None})
+    return buffer.getvalue()
+
+
 def _render_plot(result: ExperimentResult) -> bytes:
     """PNG of cycles vs payload with fit lines (top) and residuals (bottom)."""
+    if any(s.hops for s in result.series):
+        return _render_hop_plot(result)
     fig = Figure(figsize=(7.0, 5.5), layout="constrained")
     FigureCanvasAgg(fig)
     top, bottom = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
@@ -485,10 +614,7 @@ def _render_plot(result: ExperimentResult) -> bytes:
     bottom.set_xlabel("payload per agent (KiB)")
     bottom.set_ylabel("residual (cycles)")
     bottom.grid(True, alpha=0.3)
-    buffer = io.BytesIO()
-    # No "Software" tag so regenerated plots differ only when the data does.
-    fig.savefig(buffer, format="png", dpi=110, metadata={"Software": None})
-    return buffer.getvalue()
+    return _png(fig)
 
 
 # --------------------------------------------------------------------------
@@ -534,6 +660,14 @@ def _experiment_section(result: ExperimentResult, results_dir: Path) -> list[str
         lines += _md_table(["quantity", "model", "seed", "unit", "error %", "target", "met", "source"], table)
         lines.append("")
 
+    hop_fitted = [s for s in result.series if s.hop_fit is not None]
+    if hop_fitted:
+        lines += _md_table(["series", "points", "α (cycles)", "β (cycles/hop)", "worst residual (cycles)"],
+                           [[s.name, str(len(s.hops)), _fmt_number(s.hop_fit[0]), _fmt_number(s.hop_fit[1]),
+                             _fmt_number(max(abs(r) for r in s.hop_residuals))] for s in hop_fitted
+                            if s.hop_fit is not None])
+        lines.append("")
+
     fitted = [s for s in result.series if s.fit is not None]
     if fitted:
         fit_table = [
@@ -558,6 +692,9 @@ def _experiment_section(result: ExperimentResult, results_dir: Path) -> list[str
     if result.has_plot:
         link = result.plot_path.relative_to(results_dir).as_posix()
         lines += [f"![{result.title}]({link})", ""]
+    if result.heatmap is not None:
+        link = result.heatmap_path.relative_to(results_dir).as_posix()
+        lines += [f"![{result.title}: placement heat map]({link})", ""]
     return lines
 
 
@@ -592,6 +729,7 @@ def write_report(results_dir: Path) -> Path:
     # Render every plot before writing anything so a plotting failure also
     # leaves the old outputs in place.
     plots = {r.plot_path: _render_plot(r) for r in results if r.has_plot}
+    plots.update({r.heatmap_path: _render_heatmap(r) for r in results if r.heatmap is not None})
 
     total_rows = sum(len(r.rows) for r in results)
     total_met = sum(r.rows_met for r in results)

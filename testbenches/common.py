@@ -44,22 +44,35 @@ class RegisterTB:
         ``rd_addr``, ``rd_data``.
     counter_names : list of str
         Counter names in ``rd_addr`` order.
+    clocks : sequence of (str, int), optional
+        ``(clock, period in ps)`` of every clock to drive; the first is the
+        one register writes and time-outs count.  Each clock ``<name>clk`` has
+        its reset ``<name>rst`` (``clk``/``rst``, ``mesh_clk``/``mesh_rst``).
     """
 
-    def __init__(self, dut, counter_names):
+    def __init__(self, dut, counter_names, clocks=(("clk", CLOCK_PERIOD_NS * 1000),)):
         self.dut = dut
         self.counter_names = list(counter_names)
+        self.index = {name: i for i, name in enumerate(self.counter_names)}
+        self.clocks = tuple(clocks)
+        self.period_ps = self.clocks[0][1]
 
     async def start(self):
-        """Start the clock and hold reset for four cycles."""
-        cocotb.start_soon(Clock(self.dut.clk, CLOCK_PERIOD_NS, unit="ns").start())
+        """Start the clocks and hold every reset for four cycles of the slowest clock."""
+        for clock, period in self.clocks:
+            cocotb.start_soon(Clock(getattr(self.dut, clock), period, unit="ps",
+                                    period_high=period // 2).start())
         for name in ("cfg_we", "cfg_addr", "cfg_data", "rd_addr"):
             getattr(self.dut, name).value = 0
         for name in ("ctl_init", "ctl_start", "ctl_verify"):
             getattr(self.dut, name).value = 0
-        self.dut.rst.value = 1
-        await ClockCycles(self.dut.clk, 4)
-        self.dut.rst.value = 0
+        resets = [getattr(self.dut, clock[:-3] + "rst") for clock, _ in self.clocks]
+        for rst in resets:
+            rst.value = 1
+        await Timer(4 * max(p for _, p in self.clocks), unit="ps")
+        await RisingEdge(self.dut.clk)
+        for rst in resets:
+            rst.value = 0
         await RisingEdge(self.dut.clk)
 
     async def write(self, writes):
@@ -90,19 +103,19 @@ class RegisterTB:
                 return n
         await RisingEdge(dut.clk)
         edges = {n: RisingEdge(getattr(dut, n)) for n in (name, *also)}
-        fired = await First(*edges.values(), Timer(cycles * CLOCK_PERIOD_NS, unit="ns"))
+        fired = await First(*edges.values(), Timer(cycles * self.period_ps, unit="ps"))
         for n, edge in edges.items():
             if fired is edge:
                 await RisingEdge(dut.clk)
                 return n
         return None
 
-    async def read_counters(self):
-        """Return ``{name: value}`` for every counter."""
+    async def read_counters(self, names=None):
+        """Return ``{name: value}`` for every counter, or for ``names`` only."""
         dut = self.dut
         values = {}
-        for index, name in enumerate(self.counter_names):
-            dut.rd_addr.value = index
+        for name in self.counter_names if names is None else names:
+            dut.rd_addr.value = self.index[name]
             await Timer(1, unit="ps")
             values[name] = int(dut.rd_data.value.to_unsigned())
         return values

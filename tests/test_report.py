@@ -232,3 +232,39 @@ def test_print_summary_lists_counts_and_missed_rows(results):
     assert "dsm/one_way: store B/cycle model 17 vs seed 18.87 B/cycle (-9.91%, target within 3%)" in text
     assert "load B/cycle model" not in text
     assert "3 / 4 rows met" in text
+
+
+def _mesh_round_trip():
+    points = [{"hops": h, "cycles": 150.0 + 12.0 * h} for h in (1, 2, 2, 5, 10)]
+    return {
+        "fabric": "mesh", "experiment": "round_trip", "title": "Round trip",
+        "simulator": "verilator", "config": {},
+        "series": [{"name": "pairs", "x": "hops", "points": points,
+                    "fit": {"alpha_cycles": 150.0, "beta_cycles_per_hop": 12.0}}],
+        "rows": [{"quantity": "per hop", "model": 12.0, "reference": 12, "unit": "cycles/hop",
+                  "minimum": 11.0, "maximum": 13.0}],
+        "heatmap": {"from_shire": 0, "source_cell": [0, 0], "cols": 2, "rows": 2,
+                    "non_compute": [[1, 1]],
+                    "cells": [{"shire": 1, "x": 1, "y": 0, "cycles": 162.0},
+                              {"shire": 2, "x": 0, "y": 1, "cycles": 162.0}]},
+    }
+
+
+def test_hop_series_and_heat_map_are_drawn(tmp_path):
+    (tmp_path / "mesh").mkdir()
+    (tmp_path / "mesh" / "round_trip.json").write_text(json.dumps(_mesh_round_trip()))
+    report = write_report(tmp_path).read_text()
+    assert "β (cycles/hop)" in report and "round_trip_heatmap.png" in report
+    for name in ("round_trip.png", "round_trip_heatmap.png"):
+        assert (tmp_path / "mesh" / name).read_bytes().startswith(PNG_MAGIC)
+    [result] = load_results(tmp_path)
+    assert result.series[0].hop_residuals == (0.0,) * 5
+
+
+def test_unknown_series_axis_names_the_key(tmp_path):
+    doc = _mesh_round_trip()
+    doc["series"][0]["x"] = "lanes"
+    (tmp_path / "mesh").mkdir()
+    (tmp_path / "mesh" / "round_trip.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match="key 'x' must be 'payload_bytes' or 'hops'"):
+        load_results(tmp_path)

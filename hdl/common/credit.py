@@ -10,11 +10,14 @@ Credits, and Deadlock" describes: logical queues multiplexed over one
 physical lane.
 """
 
-from amaranth import Module, Signal
+from amaranth import Array, Cat, Module, Mux, Signal
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["CreditLink", "CreditCounter", "VcInputBuffer"]
+from .arbiter import RoundRobin
+
+__all__ = ["CreditLink", "CreditCounter", "VcInputBuffer", "LinkPipeline", "LinkDelay",
+           "StreamToLink"]
 
 
 class CreditLink(wiring.Signature):
@@ -159,4 +162,180 @@ class VcInputBuffer(wiring.Component):
             m.d.sync += self.i.credit[v].eq(queue.r_rdy & self.o[v].ready)
             with m.If(write & ~queue.w_rdy):
                 m.d.sync += self.o_overflow.eq(1)
+        return m
+
+
+class LinkPipeline(wiring.Component):
+    """Pipeline registers on a :class:`CreditLink`: a wire or router stage
+    that takes ``stages`` cycles to cross.
+
+    Flits are delayed by ``stages`` clock cycles; credits return unregistered
+    (a returning credit is a single wire and its delay only matters when
+    buffers are shallower than the loop, which the callers size against).
+
+    Parameters
+    ----------
+    flit_layout : StructLayout
+        Flit layout.
+    stages : int
+        Register stages, at least 0 (0: a plain connection).
+    n_vc : int
+        Virtual channels.
+
+    Members
+    -------
+    i : In(CreditLink(flit_layout, n_vc))
+        Upstream side.
+    o : Out(CreditLink(flit_layout, n_vc))
+        Downstream side, ``stages`` cycles later.
+
+    Raises
+    ------
+    ValueError
+        If ``stages`` is not a non-negative integer.
+    """
+
+    def __init__(self, *, flit_layout, stages, n_vc=2):
+        if not isinstance(stages, int) or stages < 0:
+            raise ValueError(f"stages must be a non-negative integer, not {stages!r}")
+        self.stages = stages
+        link = CreditLink(flit_layout, n_vc)
+        super().__init__({"i": In(link), "o": Out(link)})
+
+    def elaborate(self, platform):
+        m = Module()
+        valid, flit = self.i.valid, self.i.flit
+        for k in range(self.stages):
+            v = Signal(name=f"valid_{k}")
+            f = Signal.like(flit, name=f"flit_{k}")
+            m.d.sync += [v.eq(valid), f.eq(flit)]
+            valid, flit = v, f
+        m.d.comb += [self.o.valid.eq(valid), self.o.flit.eq(flit),
+                     self.i.credit.eq(self.o.credit)]
+        return m
+
+
+class LinkDelay(wiring.Component):
+    """A run-time latency on a :class:`CreditLink`: every flit leaves exactly
+    ``i_latency`` cycles after it entered (0: a plain wire).
+
+    Equivalent to a pipeline of ``i_latency`` register stages, but held in a
+    FIFO of ``capacity`` flits with an entry time stamp each, so a long stage
+    costs no more logic than a short one and its depth is a register, not a
+    rebuild.  Credits pass straight back: the upstream sender's credits cover
+    the flits inside the delay, so ``capacity`` must be at least those credits
+    and the delay never overflows; with a latency longer than the credit loop
+    the link's throughput falls to credits per loop, as a real pipeline's would.
+
+    Parameters
+    ----------
+    flit_layout : StructLayout
+        Flit layout.
+    capacity : int
+        Flits held (at least the upstream sender's credits, summed over VCs).
+    n_vc : int
+        Virtual channels.
+
+    Members
+    -------
+    i : In(CreditLink(flit_layout, n_vc))
+        Upstream side.
+    o : Out(CreditLink(flit_layout, n_vc))
+        Downstream side.
+    i_latency : In(8)
+        Cycles from entry to exit; 0 passes flits straight through.  Change it
+        only while the link is idle.
+    o_overflow : Out(1)
+        Sticky: a flit arrived with the FIFO full (capacity below the credits).
+    """
+
+    def __init__(self, *, flit_layout, capacity, n_vc=2):
+        if not isinstance(capacity, int) or capacity < 1:
+            raise ValueError(f"capacity must be a positive integer, not {capacity!r}")
+        self.flit_layout = flit_layout
+        self.capacity = capacity
+        link = CreditLink(flit_layout, n_vc)
+        super().__init__({"i": In(link), "o": Out(link), "i_latency": In(8),
+                          "o_overflow": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        size = self.flit_layout.size
+        m.submodules.queue = queue = fifo.SyncFIFO(width=size + 9, depth=self.capacity)
+        now = Signal(9)
+        m.d.sync += now.eq(now + 1)
+        stamp = queue.r_data[size:]
+        age = Signal(9)
+        m.d.comb += age.eq(now - stamp)
+        # A flit written in cycle t is readable from t + 1, when its age is 1.
+        go = queue.r_rdy & (age >= self.i_latency)
+        wire = self.i_latency == 0
+        m.d.comb += [
+            queue.w_data.eq(Cat(self.i.flit.as_value(), now)),
+            queue.w_en.eq(self.i.valid & ~wire),
+            queue.r_en.eq(go),
+            self.o.valid.eq(Mux(wire, self.i.valid, go)),
+            self.o.flit.eq(Mux(wire, self.i.flit.as_value(), queue.r_data[:size])),
+            self.i.credit.eq(self.o.credit),
+        ]
+        with m.If(self.i.valid & ~queue.w_rdy):
+            m.d.sync += self.o_overflow.eq(1)
+        return m
+
+
+class StreamToLink(wiring.Component):
+    """Put per-VC flit streams on one :class:`CreditLink`.
+
+    Each cycle a round-robin arbiter picks one VC whose stream is valid and
+    for which a credit is held; the flit goes out through a register (one
+    cycle), or straight through with ``registered=False``.  The sender side of
+    every endpoint-to-network connection.
+
+    Parameters
+    ----------
+    flit_layout : StructLayout
+        Flit layout; the flit's ``vc`` field is overwritten with the stream's
+        index.
+    credits : int
+        Credits per VC: the receiver's buffer depth in flits.
+    n_vc : int
+        Virtual channels.
+    registered : bool
+        Register the link's flit (default), or drive it combinationally from
+        the chosen stream (for a FIFO's read side that needs no extra stage).
+
+    Members
+    -------
+    i : In(stream.Signature(flit_layout)).array(n_vc)
+        One stream per VC.
+    o : Out(CreditLink(flit_layout, n_vc))
+        The link.
+    """
+
+    def __init__(self, *, flit_layout, credits, n_vc=2, registered=True):
+        self.flit_layout = flit_layout
+        self.credits = credits
+        self.n_vc = n_vc
+        self.registered = registered
+        super().__init__({
+            "i": In(stream.Signature(flit_layout)).array(n_vc),
+            "o": Out(CreditLink(flit_layout, n_vc)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.credits = credits = CreditCounter(n_vc=self.n_vc, depth=self.credits)
+        m.submodules.arb = arb = RoundRobin(self.n_vc)
+        m.d.comb += credits.i_return.eq(self.o.credit)
+        for v in range(self.n_vc):
+            m.d.comb += [
+                arb.requests[v].eq(self.i[v].valid & credits.o_avail[v]),
+                self.i[v].ready.eq(arb.grant[v]),
+                credits.i_take[v].eq(arb.grant[v]),
+            ]
+        flit = Signal(self.flit_layout)
+        m.d.comb += flit.eq(Array(p.payload.as_value() for p in self.i)[arb.grant_index])
+        domain = m.d.sync if self.registered else m.d.comb
+        domain += [self.o.valid.eq(arb.valid), self.o.flit.eq(flit),
+                   self.o.flit.vc.eq(arb.grant_index)]
         return m

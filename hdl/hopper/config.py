@@ -8,23 +8,21 @@ model's registers, so changing them needs no rebuild.
 """
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from ..common.params import ConfigBase, runtime_field, structural_field
 
 __all__ = ["DsmConfig", "STRUCTURAL", "slot_of", "cpc_of", "tpc_of", "eg_of"]
 
 SEED = "000_8cf2435219a2167b.txt"
 
 
-def _hw(default, source):
-    return field(default=default, metadata={"structural": True, "source": source})
-
-
-def _run(default, source):
-    return field(default=default, metadata={"structural": False, "source": source})
+_hw = structural_field
+_run = runtime_field
 
 
 @dataclass(frozen=True)
-class DsmConfig:
+class DsmConfig(ConfigBase):
     """Every parameter of the GPC DSM model.
 
     Units are in the names: ``_bytes`` bytes, ``_cycles`` SM clock cycles,
@@ -171,21 +169,6 @@ class DsmConfig:
     def smem_words(self):
         """Shared memory per SM in flit-sized words."""
         return self.smem_bytes // self.flit_bytes
-
-    def hardware(self):
-        """This configuration with every run-time field at its default.
-
-        Two configurations with equal ``hardware()`` share one Verilog build.
-        """
-        defaults = DsmConfig()
-        return dataclasses.replace(self, **{f.name: getattr(defaults, f.name)
-                                            for f in dataclasses.fields(self)
-                                            if not f.metadata.get("structural")})
-
-    def structural(self):
-        """Tuple of (name, value) of the fields that shape the RTL (build-cache key)."""
-        return tuple((f.name, getattr(self, f.name)) for f in dataclasses.fields(self)
-                     if f.metadata.get("structural"))
 
 
 STRUCTURAL = tuple(f.name for f in dataclasses.fields(DsmConfig) if f.metadata.get("structural"))

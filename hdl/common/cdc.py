@@ -1,0 +1,77 @@
+"""Clock-domain crossing of a credit-flow-controlled link."""
+
+from amaranth import Module
+from amaranth.hdl import DomainRenamer
+from amaranth.lib import fifo, wiring
+from amaranth.lib.wiring import In, Out
+
+from .credit import CreditLink, StreamToLink, VcInputBuffer
+
+__all__ = ["LinkCdc"]
+
+
+class LinkCdc(wiring.Component):
+    """A :class:`~hdl.common.credit.CreditLink` from clock domain ``i_domain``
+    to ``o_domain``.
+
+    The upstream sender sees an ordinary receiver (a :class:`VcInputBuffer`
+    of ``depth`` flits per VC, credits in ``i_domain``); each VC then crosses
+    in its own asynchronous FIFO (Gray-coded pointers through two-flop
+    synchronisers, so a flit takes two to three ``o_domain`` cycles to become
+    visible), and a :class:`StreamToLink` in ``o_domain`` sends it on, straight
+    from the FIFO's read side, with the downstream credits.  One FIFO per VC keeps a blocked request from holding
+    a response at the crossing.
+
+    Parameters
+    ----------
+    flit_layout : StructLayout
+        Flit layout.
+    depth : int
+        Flits per VC in the input buffer and in each asynchronous FIFO (the
+        latter rounded up to a power of two by Amaranth).
+    out_credits : int
+        Credits per VC on the output link (the downstream buffer depth).
+    i_domain, o_domain : str
+        Clock domains of the input and output links.
+    n_vc : int
+        Virtual channels.
+
+    Members
+    -------
+    i : In(CreditLink(flit_layout, n_vc))
+        Input link, clocked by ``i_domain``.
+    o : Out(CreditLink(flit_layout, n_vc))
+        Output link, clocked by ``o_domain``.
+    """
+
+    def __init__(self, *, flit_layout, depth, out_credits, i_domain, o_domain, n_vc=2):
+        self.flit_layout = flit_layout
+        self.depth = depth
+        self.out_credits = out_credits
+        self.i_domain, self.o_domain = i_domain, o_domain
+        self.n_vc = n_vc
+        link = CreditLink(flit_layout, n_vc)
+        super().__init__({"i": In(link), "o": Out(link)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.buffer = buffer = DomainRenamer(self.i_domain)(
+            VcInputBuffer(flit_layout=self.flit_layout, depth=self.depth, n_vc=self.n_vc))
+        m.submodules.send = send = DomainRenamer(self.o_domain)(
+            StreamToLink(flit_layout=self.flit_layout, credits=self.out_credits,
+                         n_vc=self.n_vc, registered=False))
+        wiring.connect(m, wiring.flipped(self.i), buffer.i)
+        wiring.connect(m, send.o, wiring.flipped(self.o))
+        for v in range(self.n_vc):
+            cross = fifo.AsyncFIFO(width=self.flit_layout.size, depth=self.depth,
+                                   w_domain=self.i_domain, r_domain=self.o_domain)
+            m.submodules[f"cross{v}"] = cross
+            m.d.comb += [
+                cross.w_data.eq(buffer.o[v].payload),
+                cross.w_en.eq(buffer.o[v].valid),
+                buffer.o[v].ready.eq(cross.w_rdy),
+                send.i[v].payload.eq(cross.r_data),
+                send.i[v].valid.eq(cross.r_rdy),
+                cross.r_en.eq(send.i[v].ready),
+            ]
+        return m

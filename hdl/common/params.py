@@ -1,0 +1,40 @@
+"""Typed-configuration helpers shared by every fabric's configuration class.
+
+A field is either structural (it shapes the RTL and keys the Verilog build
+cache) or run-time (written into the running model's registers, so changing
+it needs no rebuild); each carries the source of its default.
+"""
+
+import dataclasses
+from dataclasses import field
+
+__all__ = ["structural_field", "runtime_field", "ConfigBase"]
+
+
+def structural_field(default, source):
+    """A dataclass field that shapes the RTL; ``source`` cites where the default comes from."""
+    return field(default=default, metadata={"structural": True, "source": source})
+
+
+def runtime_field(default, source):
+    """A dataclass field written into registers at run time; ``source`` cites its default."""
+    return field(default=default, metadata={"structural": False, "source": source})
+
+
+class ConfigBase:
+    """Methods of a frozen configuration dataclass built from these fields."""
+
+    def hardware(self):
+        """This configuration with every run-time field at its default.
+
+        Two configurations with equal ``hardware()`` share one Verilog build.
+        """
+        defaults = type(self)()
+        return dataclasses.replace(self, **{f.name: getattr(defaults, f.name)
+                                            for f in dataclasses.fields(self)
+                                            if not f.metadata.get("structural")})
+
+    def structural(self):
+        """Tuple of (name, value) of the fields that shape the RTL (build-cache key)."""
+        return tuple((f.name, getattr(self, f.name)) for f in dataclasses.fields(self)
+                     if f.metadata.get("structural"))

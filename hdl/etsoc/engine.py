@@ -1,0 +1,418 @@
+"""TensorSend / TensorRecv engine of one minion (seed 002, "Message size and
+bandwidth", "What the numbers say" item 4, "A trap: one ready flag per minion").
+
+A message is 1 to 127 vector registers of 32 B sent from hart 0 of one minion
+straight into another minion's registers, reusing registers once past f31.
+The receiver posts a receive, which sends a READY to its partner; the
+partner's TensorSend waits for that READY, then sends a header flit and the
+registers.  On arrival each register is copied, added, maxed or minned into
+the register already held, in the same pipeline, so a combine costs nothing
+extra.  A minion holds one partner's READY at a time: a second READY from
+another partner stays at the head of the response channel and blocks it,
+which is how the naive 2D layout hangs on the chip.
+
+Register data is real: at ``ctl_init`` every register is filled with
+:func:`register_word`, and at ``ctl_verify`` the engine sums its register file
+into :attr:`MinionEngine.o_checksum` (see :func:`checksum`), which the
+testbench compares with a reference model of the messages.
+"""
+
+import enum
+
+from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth.lib import fifo, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..common.flit import VC
+
+__all__ = ["MsgKind", "EngineReg", "Couple", "MinionEngine", "register_word", "checksum",
+           "combine"]
+
+LANE_BITS = 32
+
+
+class MsgKind(enum.IntEnum):
+    """Flit kinds of the message protocol (the flit's 3-bit ``kind``)."""
+
+    HEAD = 0   #: message header: ``data[0:7]`` registers, ``data[7:9]`` combine op (request VC)
+    DATA = 1   #: register data, ``addr`` = flit index in the message (request VC)
+    READY = 2  #: receive posted, sender may send (response VC)
+
+
+class Couple(enum.IntEnum):
+    """How sends wait on receives (register ``COUPLE``)."""
+
+    NONE = 0   #: sends and receives are independent (streams)
+    PING = 1   #: send ``i`` waits for receive ``i - 1`` (the side that starts a ping-pong)
+    PONG = 2   #: send ``i`` waits for receive ``i`` (the side that answers)
+
+
+class EngineReg(enum.IntEnum):
+    """Run-time registers of one engine (``cfg_addr`` low 4 bits)."""
+
+    TX_PEER = 0   #: global minion index messages go to (10 bits)
+    RX_PEER = 1   #: global minion index messages come from (10 bits)
+    TX_COUNT = 2  #: messages to send (16 bits)
+    RX_COUNT = 3  #: messages to receive (16 bits)
+    NREGS = 4     #: registers per message sent, 1 to 127
+    OP = 5        #: combine op of messages sent: 0 copy, 1 add, 2 max, 3 min
+    COUPLE = 6    #: :class:`Couple`
+
+
+def register_word(minion, word, flit_bytes=16):
+    """Initial value of flit-sized word ``word`` of ``minion``'s register file.
+
+    Lane ``i`` (32 bits) is ``{minion[9:0], word[7:0], i[3:0], 0x2A5[9:0]}``
+    read from the top bit down, so every lane of every minion is distinct.
+    Works on ints (returns an int) and Amaranth values (returns a value of
+    ``8 * flit_bytes`` bits).
+    """
+    lanes = flit_bytes * 8 // LANE_BITS
+    if isinstance(minion, int) and isinstance(word, int):
+        out = 0
+        for i in range(lanes):
+            lane = 0x2A5 | (i & 0xF) << 10 | (word & 0xFF) << 14 | (minion & 0x3FF) << 22
+            out |= lane << (LANE_BITS * i)
+        return out
+    word8 = Cat(word, Const(0, 8))[:8]
+    minion10 = Cat(minion, Const(0, 10))[:10]
+    return Cat(*(Cat(Const(0x2A5, 10), Const(i, 4), word8, minion10) for i in range(lanes)))
+
+
+def combine(op, old, new, flit_bytes=16):
+    """Python model of a combine on one flit-sized word: lane-wise over 32-bit
+    lanes, unsigned; ``op`` is an index into :data:`hdl.etsoc.config.COMBINE_OPS`.
+    """
+    lanes = flit_bytes * 8 // LANE_BITS
+    mask = (1 << LANE_BITS) - 1
+    out = 0
+    for i in range(lanes):
+        a = old >> (LANE_BITS * i) & mask
+        b = new >> (LANE_BITS * i) & mask
+        v = (b, (a + b) & mask, max(a, b), min(a, b))[op]
+        out |= v << (LANE_BITS * i)
+    return out
+
+
+def checksum(words, flit_bytes=16):
+    """Checksum the engine computes over its register file at ``ctl_verify``.
+
+    ``sum(lane_k * (2 k + 1)) mod 2**32`` over lanes ``k`` numbered through the
+    file, so a lost, misplaced or corrupted lane changes it.
+    """
+    lanes = flit_bytes * 8 // LANE_BITS
+    total = 0
+    for w, word in enumerate(words):
+        for i in range(lanes):
+            k = w * lanes + i
+            total += (word >> (LANE_BITS * i) & 0xFFFFFFFF) * (2 * k + 1)
+    return total & 0xFFFFFFFF
+
+
+class MinionEngine(wiring.Component):
+    """TensorSend / TensorRecv engine and register file of one minion.
+    Clock: minion clock (600 MHz).
+
+    Parameters
+    ----------
+    minion : int
+        Global minion index (``shire << 5 | minion``, 10 bits).
+    flit_layout : StructLayout
+        Flit layout (:func:`hdl.common.flit.flit_layout`, ``node_bits`` 10).
+    registers : int
+        Vector registers (32), each ``flits_per_register`` flits.
+    flits_per_register : int
+        Flits per 32 B register.
+
+    Members
+    -------
+    i_we : In(1), i_reg : In(4), i_data : In(32)
+        Register write port (:class:`EngineReg`); a write stops the engine
+        until the next ``i_start``.
+    i_init, i_start, i_verify : In(1)
+        One-cycle pulses: fill the register file, start the run, checksum.
+    i_now : In(32)
+        Minion cycle counter, for the time stamps.
+    i_send_cycles, i_recv_cycles : In(8)
+        TensorSend issue latency (READY in hand to header out) and TensorRecv
+        completion latency (last flit written to the receive retiring), in
+        minion cycles (run-time fields ``engine_send_cycles``, ``engine_recv_cycles``).
+    o_req : Out(stream.Signature(flit_layout))
+        Header and data flits (request VC).
+    o_rsp : Out(stream.Signature(flit_layout))
+        READY flits (response VC).
+    i_req, i_rsp : In(stream.Signature(flit_layout))
+        Arriving flits of each VC.
+    o_done : Out(1)
+        Running and every message sent and received.
+    o_init_done, o_verify_done : Out(1)
+        Fill and checksum finished.
+    o_progress : Out(1)
+        A flit moved this cycle (for the watchdog).
+    o_tx_msgs, o_rx_msgs : Out(16)
+        Messages sent and received this run.
+    o_first_rx, o_last_rx : Out(32)
+        ``i_now`` when the first and the latest receive retired.
+    o_checksum : Out(32)
+        See :func:`checksum`.
+    o_errors : Out(16)
+        Data flits that arrived outside a receive (protocol errors).
+    o_ready_from : Out(11)
+        ``{valid, source[9:0]}`` of the READY held (for stuck reports).
+    o_blocked_ready : Out(11)
+        ``{valid, source[9:0]}`` of a second READY waiting behind it.
+    """
+
+    def __init__(self, *, minion, flit_layout, registers=32, flits_per_register=2):
+        self.minion = minion
+        self.flit_layout = flit_layout
+        self.registers = registers
+        self.fpr = flits_per_register
+        flit = stream.Signature(flit_layout)
+        super().__init__({
+            "i_we": In(1), "i_reg": In(4), "i_data": In(32),
+            "i_init": In(1), "i_start": In(1), "i_verify": In(1), "i_now": In(32),
+            "i_send_cycles": In(8), "i_recv_cycles": In(8),
+            "o_req": Out(flit), "o_rsp": Out(flit), "i_req": In(flit), "i_rsp": In(flit),
+            "o_done": Out(1), "o_init_done": Out(1), "o_verify_done": Out(1),
+            "o_progress": Out(1),
+            "o_tx_msgs": Out(16), "o_rx_msgs": Out(16),
+            "o_first_rx": Out(32), "o_last_rx": Out(32),
+            "o_checksum": Out(32), "o_errors": Out(16),
+            "o_ready_from": Out(11), "o_blocked_ready": Out(11),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        layout = self.flit_layout
+        words = self.registers * self.fpr
+        wbits = (words - 1).bit_length()
+        width = len(Signal(layout).data)
+        lanes = width // LANE_BITS
+
+        # --- run-time registers -------------------------------------------
+        tx_peer = Signal(10)
+        rx_peer = Signal(10)
+        tx_count = Signal(16)
+        rx_count = Signal(16)
+        nregs = Signal(7, init=1)
+        op = Signal(2)
+        couple = Signal(2)
+        with m.If(self.i_we):
+            with m.Switch(self.i_reg):
+                for reg, sig in ((EngineReg.TX_PEER, tx_peer), (EngineReg.RX_PEER, rx_peer),
+                                 (EngineReg.TX_COUNT, tx_count), (EngineReg.RX_COUNT, rx_count),
+                                 (EngineReg.NREGS, nregs), (EngineReg.OP, op),
+                                 (EngineReg.COUPLE, couple)):
+                    with m.Case(reg):
+                        m.d.sync += sig.eq(self.i_data)
+
+        m.submodules.regfile = regfile = memory.Memory(shape=width, depth=words, init=[])
+        rd_tx = regfile.read_port()
+        rd_rx = regfile.read_port()
+        wr = regfile.write_port()
+
+        running = Signal()
+        tx_sent = Signal(16)
+        rx_done = Signal(16)
+        m.d.comb += [self.o_tx_msgs.eq(tx_sent), self.o_rx_msgs.eq(rx_done)]
+
+        # --- fill ---------------------------------------------------------
+        filling = Signal()
+        fill_addr = Signal(wbits + 1)
+        with m.If(self.i_init):
+            m.d.sync += [filling.eq(1), fill_addr.eq(0), self.o_init_done.eq(0), running.eq(0)]
+        with m.Elif(filling):
+            with m.If(fill_addr == words - 1):
+                m.d.sync += [filling.eq(0), self.o_init_done.eq(1)]
+            m.d.sync += fill_addr.eq(fill_addr + 1)
+        with m.If(self.i_start):
+            m.d.sync += [running.eq(1), tx_sent.eq(0), rx_done.eq(0), self.o_errors.eq(0)]
+        with m.If(self.i_we):
+            # Reprogramming stops the engine until the next start, so a run's
+            # register writes never set off traffic under the last run's counts.
+            m.d.sync += running.eq(0)
+
+        # --- READY slot: one partner at a time ------------------------------
+        ready_valid = Signal()
+        ready_src = Signal(10)
+        m.d.comb += [
+            self.i_rsp.ready.eq(~ready_valid & (self.i_rsp.payload.kind == MsgKind.READY)),
+            self.o_ready_from.eq(Cat(ready_src, ready_valid)),
+            self.o_blocked_ready.eq(Cat(self.i_rsp.payload.src, self.i_rsp.valid & ready_valid)),
+        ]
+        take_ready = Signal()
+        m.d.comb += take_ready.eq(self.i_rsp.valid & self.i_rsp.ready)
+        use_ready = Signal()
+        with m.If(take_ready):
+            m.d.sync += [ready_valid.eq(1), ready_src.eq(self.i_rsp.payload.src)]
+        with m.Elif(use_ready):
+            m.d.sync += ready_valid.eq(0)
+
+        # --- send -----------------------------------------------------------
+        out = fifo.SyncFIFO(width=layout.size, depth=4)
+        m.submodules.tx_fifo = out
+        m.d.comb += [self.o_req.payload.eq(out.r_data), self.o_req.valid.eq(out.r_rdy),
+                     out.r_en.eq(self.o_req.ready)]
+        s1_valid = Signal()
+        s1 = Signal(layout)
+        s1_head = Signal()
+        head_word = Signal(width)
+        m.d.comb += head_word.eq(Cat(nregs, op))
+        pushed = Signal(layout)
+        m.d.comb += [pushed.eq(s1), pushed.data.eq(Mux(s1_head, head_word, rd_tx.data)),
+                     out.w_en.eq(s1_valid), out.w_data.eq(pushed)]
+        room = out.level + s1_valid < out.depth
+
+        total_flits = Signal(8 + 2)
+        m.d.comb += total_flits.eq(nregs * self.fpr)
+        tx_index = Signal(10)
+        tx_word = Signal(wbits)
+        send_wait = Signal(8)
+        couple_ok = Signal()
+        with m.Switch(couple):
+            with m.Case(Couple.PING):
+                m.d.comb += couple_ok.eq(rx_done >= tx_sent)
+            with m.Case(Couple.PONG):
+                m.d.comb += couple_ok.eq(rx_done > tx_sent)
+            with m.Default():
+                m.d.comb += couple_ok.eq(1)
+        m.d.sync += s1_valid.eq(0)
+        m.d.comb += rd_tx.addr.eq(tx_word)
+        with m.FSM(name="tx"):
+            with m.State("IDLE"):
+                with m.If(running & (tx_sent < tx_count) & ready_valid
+                          & (ready_src == tx_peer) & couple_ok):
+                    m.d.comb += use_ready.eq(1)
+                    m.d.sync += send_wait.eq(self.i_send_cycles)
+                    m.next = "ISSUE"
+            with m.State("ISSUE"):
+                with m.If(send_wait != 0):
+                    m.d.sync += send_wait.eq(send_wait - 1)
+                with m.Elif(room):
+                    m.d.sync += [s1_valid.eq(1), s1_head.eq(1), s1.kind.eq(MsgKind.HEAD),
+                                 s1.vc.eq(VC.REQ), s1.src.eq(self.minion), s1.dst.eq(tx_peer),
+                                 s1.addr.eq(0), s1.last.eq(0),
+                                 tx_index.eq(0), tx_word.eq(0)]
+                    m.next = "DATA"
+            with m.State("DATA"):
+                with m.If(room):
+                    m.d.sync += [s1_valid.eq(1), s1_head.eq(0), s1.kind.eq(MsgKind.DATA),
+                                 s1.addr.eq(tx_index), s1.last.eq(tx_index == total_flits - 1),
+                                 tx_index.eq(tx_index + 1), tx_word.eq(tx_word + 1)]
+                    m.d.comb += rd_tx.addr.eq(tx_word)
+                    with m.If(tx_index == total_flits - 1):
+                        m.d.sync += tx_sent.eq(tx_sent + 1)
+                        m.next = "IDLE"
+
+        # --- receive --------------------------------------------------------
+        ready_out = Signal()
+        m.d.comb += [self.o_rsp.valid.eq(ready_out),
+                     self.o_rsp.payload.kind.eq(MsgKind.READY),
+                     self.o_rsp.payload.vc.eq(VC.RSP),
+                     self.o_rsp.payload.src.eq(self.minion),
+                     self.o_rsp.payload.dst.eq(rx_peer),
+                     self.o_rsp.payload.last.eq(1)]
+        with m.If(self.o_rsp.valid & self.o_rsp.ready):
+            m.d.sync += ready_out.eq(0)
+        rx_op = Signal(2)
+        rx_flits = Signal(10)
+        rx_seen = Signal(10)
+        recv_wait = Signal(8)
+        arriving = self.i_req.payload
+        from_peer = self.i_req.valid & (arriving.src == rx_peer)
+        # combine pipeline: read the old word, write old (+) new one cycle later
+        c_valid = Signal()
+        c_word = Signal(wbits)
+        c_new = Signal(width)
+        c_op = Signal(2)
+        m.d.sync += c_valid.eq(0)
+        with m.FSM(name="rx"):
+            with m.State("IDLE"):
+                with m.If(running & (rx_done < rx_count)):
+                    m.d.sync += ready_out.eq(1)
+                    m.next = "HEAD"
+            with m.State("HEAD"):
+                with m.If(from_peer & (arriving.kind == MsgKind.HEAD)):
+                    m.d.comb += self.i_req.ready.eq(1)
+                    m.d.sync += [rx_op.eq(arriving.data[7:9]),
+                                 rx_flits.eq(arriving.data[0:7] * self.fpr), rx_seen.eq(0)]
+                    m.next = "DATA"
+            with m.State("DATA"):
+                with m.If(from_peer & (arriving.kind == MsgKind.DATA)):
+                    m.d.comb += [self.i_req.ready.eq(1), rd_rx.addr.eq(arriving.addr[:wbits])]
+                    m.d.sync += [c_valid.eq(1), c_word.eq(arriving.addr[:wbits]),
+                                 c_new.eq(arriving.data), c_op.eq(rx_op),
+                                 rx_seen.eq(rx_seen + 1)]
+                    with m.If(rx_seen + 1 == rx_flits):
+                        m.d.sync += recv_wait.eq(self.i_recv_cycles)
+                        m.next = "RETIRE"
+            with m.State("RETIRE"):
+                with m.If(~c_valid & (recv_wait == 0)):
+                    m.d.sync += [rx_done.eq(rx_done + 1), self.o_last_rx.eq(self.i_now)]
+                    with m.If(rx_done == 0):
+                        m.d.sync += self.o_first_rx.eq(self.i_now)
+                    m.next = "IDLE"
+                with m.Elif(recv_wait != 0):
+                    m.d.sync += recv_wait.eq(recv_wait - 1)
+        # A flit from a minion that is not the receive's partner is a protocol
+        # error: it is consumed and counted, never written.
+        stray = self.i_req.valid & running & (arriving.src != rx_peer)
+        with m.If(stray):
+            m.d.comb += self.i_req.ready.eq(1)
+            m.d.sync += self.o_errors.eq(self.o_errors + 1)
+
+        combined = Signal(width)
+        for i in range(lanes):
+            a = rd_rx.data.word_select(i, LANE_BITS)
+            b = c_new.word_select(i, LANE_BITS)
+            lane = combined.word_select(i, LANE_BITS)
+            with m.Switch(c_op):
+                with m.Case(0):
+                    m.d.comb += lane.eq(b)
+                with m.Case(1):
+                    m.d.comb += lane.eq(a + b)
+                with m.Case(2):
+                    m.d.comb += lane.eq(Mux(a > b, a, b))
+                with m.Case(3):
+                    m.d.comb += lane.eq(Mux(a < b, a, b))
+
+        # --- the single write port: fill, or combine ---------------------------
+        with m.If(filling):
+            m.d.comb += [wr.en.eq(1), wr.addr.eq(fill_addr[:wbits]),
+                         wr.data.eq(register_word(Const(self.minion, 10), fill_addr, width // 8))]
+        with m.Elif(c_valid):
+            m.d.comb += [wr.en.eq(1), wr.addr.eq(c_word), wr.data.eq(combined)]
+
+        # --- verify: checksum one lane per cycle --------------------------------
+        verifying = Signal()
+        v_word = Signal(wbits + 1)
+        v_lane = Signal(range(lanes + 1))
+        v_valid = Signal()
+        v_k = Signal(16)
+        with m.If(self.i_verify):
+            m.d.sync += [verifying.eq(1), v_word.eq(0), v_lane.eq(0), v_k.eq(0),
+                         self.o_checksum.eq(0), self.o_verify_done.eq(0)]
+        with m.Elif(verifying):
+            m.d.comb += rd_tx.addr.eq(v_word[:wbits])
+            with m.If(v_word == words):
+                m.d.sync += [verifying.eq(0), self.o_verify_done.eq(1)]
+            with m.Else():
+                # the word read at v_word is on rd_tx.data one cycle later
+                m.d.sync += v_valid.eq(1)
+                with m.If(v_valid):
+                    lane_value = rd_tx.data.word_select(v_lane[:max(1, (lanes - 1).bit_length())],
+                                                        LANE_BITS)
+                    m.d.sync += [self.o_checksum.eq(self.o_checksum + lane_value * (2 * v_k + 1)),
+                                 v_k.eq(v_k + 1)]
+                    with m.If(v_lane == lanes - 1):
+                        m.d.sync += [v_lane.eq(0), v_word.eq(v_word + 1), v_valid.eq(0)]
+                    with m.Else():
+                        m.d.sync += v_lane.eq(v_lane + 1)
+
+        m.d.comb += [
+            self.o_done.eq(running & (tx_sent >= tx_count) & (rx_done >= rx_count)),
+            self.o_progress.eq((self.o_req.valid & self.o_req.ready)
+                               | (self.i_req.valid & self.i_req.ready) | take_ready),
+        ]
+        return m

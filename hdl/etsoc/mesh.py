@@ -1,0 +1,321 @@
+"""Top level: the ET-SoC-1 mesh of 36 cells with its 32 compute shires
+(seed 002, "Where the shires are: a 6x6 mesh", "What the numbers say" items 1-2).
+
+Every cell has a five-port mesh router clocked by the mesh clock (400 MHz);
+routes are dimension-ordered (X first, then Y), so every route is a shortest
+path through all 36 cells, the four non-compute cells included.  Each
+compute shire meets its router at one point, through clock-domain-crossing
+FIFOs into and out of the minion clock (600 MHz).  A register port
+configures the engines once per run, a counter port reads them, and a
+watchdog flags a run that stops moving.
+"""
+
+import enum
+
+from amaranth import Array, Cat, ClockDomain, Const, Module, Signal
+from amaranth.hdl import DomainRenamer
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from ..common.cdc import LinkCdc
+from ..common.credit import CreditLink, LinkDelay, LinkPipeline
+from ..common.flit import flit_layout
+from ..common.switch import CreditSwitch
+from .config import MeshConfig
+from .shire import Shire
+
+__all__ = ["Port", "MeshRouter", "EtSocMesh", "MeshReg", "mesh_registers", "make_flit_layout",
+           "counter_names", "ENGINE_COUNTERS", "GLOBAL"]
+
+#: ``cfg_addr`` bit that selects the mesh-wide registers (:class:`MeshReg`).
+GLOBAL = 1 << 14
+
+
+class MeshReg(enum.IntEnum):
+    """Mesh-wide run-time registers at ``cfg_addr = GLOBAL | reg`` (8 bits each,
+    minion cycles): the stage latencies the seed does not disclose."""
+
+    SEND_CYCLES = 0      #: engine_send_cycles
+    RECV_CYCLES = 1      #: engine_recv_cycles
+    TREE_CYCLES = 2      #: tree_edge_cycles
+    XBAR_CYCLES = 3      #: crossbar_cycles
+    PORT_CYCLES = 4      #: mesh_port_cycles
+
+
+def mesh_registers(cfg):
+    """``{MeshReg: value}`` of the run-time latency fields of ``cfg``."""
+    return {MeshReg.SEND_CYCLES: cfg.engine_send_cycles, MeshReg.RECV_CYCLES: cfg.engine_recv_cycles,
+            MeshReg.TREE_CYCLES: cfg.tree_edge_cycles, MeshReg.XBAR_CYCLES: cfg.crossbar_cycles,
+            MeshReg.PORT_CYCLES: cfg.mesh_port_cycles}
+
+
+class Port(enum.IntEnum):
+    """Router port index."""
+
+    LOCAL = 0  #: the cell's shire (or nothing, in a non-compute cell)
+    EAST = 1   #: x + 1
+    WEST = 2   #: x - 1
+    NORTH = 3  #: y - 1
+    SOUTH = 4  #: y + 1
+
+
+def make_flit_layout(cfg):
+    """Flit layout of the mesh: ``flit_bytes`` of data, 10-bit global minion
+    indices in ``src``/``dst``, an 8-bit flit index (a message has at most
+    127 x 2 flits) in ``addr``."""
+    return flit_layout(data_bits=cfg.flit_bytes * 8, addr_bits=8, node_bits=10,
+                       route_bits=1, mask_bits=1)
+
+
+class MeshRouter(wiring.Component):
+    """Five-port mesh router at cell ``(x, y)``.  Clock: mesh clock (domain ``sync``;
+    the top renames it to ``mesh``).
+
+    An input-queued crossbar (:class:`~hdl.common.switch.CreditSwitch`) with a
+    FIFO per VC (request, response), round-robin output arbitration and
+    credits, followed by ``cfg.router_hop_mesh_cycles - 2`` link stages, so a
+    flit takes ``router_hop_mesh_cycles`` mesh cycles per hop (4 by default:
+    "4 mesh cycles each way at 400 MHz", seed 002 "What the numbers say" 2).
+
+    Routing is dimension-ordered: X until the destination column, then Y,
+    then the local port.  The destination cell is the placement of the flit's
+    destination shire (``dst[9:5]``).
+
+    Members
+    -------
+    i : In(CreditLink(flit_layout)).array(5)
+        Input links, indexed by :class:`Port`.
+    o : Out(CreditLink(flit_layout)).array(5)
+        Output links, indexed by :class:`Port`.
+    o_flits, o_stalls : Out(32).array(5)
+        Flits sent and stall cycles per output (mesh cycles).
+    o_overflow : Out(1)
+        Sticky: a buffer overflowed (credit protocol broken).
+    """
+
+    def __init__(self, cfg, x, y, flit_layout):
+        self.cfg, self.x, self.y = cfg, x, y
+        self.flit_layout = flit_layout
+        link = CreditLink(flit_layout)
+        super().__init__({
+            "i": In(link).array(5), "o": Out(link).array(5),
+            "o_flits": Out(32).array(5), "o_stalls": Out(32).array(5), "o_overflow": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        xs = Array(Const(c[0], 3) for c in cfg.placement)
+        ys = Array(Const(c[1], 3) for c in cfg.placement)
+
+        def route(m, flit, i):
+            shire = flit.dst[5:10]
+            tx, ty = xs[shire], ys[shire]
+            out = Signal(3, name=f"route_{i}")
+            with m.If(tx > self.x):
+                m.d.comb += out.eq(Port.EAST)
+            with m.Elif(tx < self.x):
+                m.d.comb += out.eq(Port.WEST)
+            with m.Elif(ty < self.y):
+                m.d.comb += out.eq(Port.NORTH)
+            with m.Elif(ty > self.y):
+                m.d.comb += out.eq(Port.SOUTH)
+            with m.Else():
+                m.d.comb += out.eq(Port.LOCAL)
+            return out
+
+        depth = cfg.link_buffer_flits
+        m.submodules.switch = switch = CreditSwitch(
+            flit_layout=self.flit_layout, n_in=5, n_out=5, route=route, depth=depth,
+            out_credits=depth)
+        for p in range(5):
+            wiring.connect(m, wiring.flipped(self.i[p]), switch.i[p])
+            pipe = LinkPipeline(flit_layout=self.flit_layout,
+                                stages=cfg.router_hop_mesh_cycles - 2)
+            m.submodules[f"link{p}"] = pipe
+            wiring.connect(m, switch.o[p], pipe.i)
+            wiring.connect(m, pipe.o, wiring.flipped(self.o[p]))
+            m.d.comb += [self.o_flits[p].eq(switch.o_flits[p]),
+                         self.o_stalls[p].eq(switch.o_stalls[p])]
+        m.d.comb += self.o_overflow.eq(switch.o_overflow)
+        return m
+
+
+#: Per-engine counters, in address order within an engine.
+ENGINE_COUNTERS = ("tx_msgs", "rx_msgs", "first_rx", "last_rx", "checksum", "errors",
+                   "ready_from", "blocked_ready", "state")
+
+
+def counter_names(cfg):
+    """Names of the readable counters, in ``rd_addr`` order.
+
+    ``s<shire>.m<k>.state`` packs, low bit first: done, init_done, verify_done.
+    ``ready_from`` / ``blocked_ready`` are ``{valid, source[9:0]}``.
+    """
+    names = ["cycles", "stuck", "idle_cycles", "overflow"]
+    for s in range(32):
+        for k in range(cfg.minions_per_shire):
+            names += [f"s{s}.m{k}.{c}" for c in ENGINE_COUNTERS]
+    return names
+
+
+class EtSocMesh(wiring.Component):
+    """The 6x6 mesh with 32 shires.  Clocks: ``clk`` (minion, 600 MHz) and
+    ``mesh_clk`` (mesh, 400 MHz), each with its reset.
+
+    Parameters
+    ----------
+    cfg : MeshConfig
+        Structural fields shape the RTL (see :class:`MeshConfig`).
+
+    Members
+    -------
+    mesh_clk, mesh_rst : In(1)
+        Clock and synchronous reset of the mesh domain (400 MHz).  The minion
+        domain's ``clk`` and ``rst`` are added by the Verilog back end.
+    cfg_we : In(1)
+        Write ``cfg_data`` to register ``cfg_addr``.
+    cfg_addr : In(15)
+        ``{0, minion[9:0], reg[3:0]}``: register ``reg``
+        (:class:`~hdl.etsoc.engine.EngineReg`) of global minion ``minion``;
+        ``{1, 10'b0, reg[3:0]}`` (:data:`GLOBAL` ``| reg``): a :class:`MeshReg`.
+    cfg_data : In(32)
+        Register value.
+    ctl_init, ctl_start, ctl_verify : In(1)
+        One-cycle pulses: fill every register file; start every engine;
+        checksum every register file.
+    init_done, done, verify_done : Out(1)
+        Every engine filled; every engine's messages sent and received; every
+        checksum ready.
+    stuck : Out(1)
+        Watchdog: no engine moved a flit for ``watchdog_cycles`` minion cycles
+        while the run was not done.
+    rd_addr : In(16)
+        Counter index (see :func:`counter_names`).
+    rd_data : Out(32)
+        Counter value (combinational).
+    """
+
+    def __init__(self, cfg=None):
+        self.cfg = cfg or MeshConfig()
+        super().__init__({
+            "mesh_clk": In(1), "mesh_rst": In(1),
+            "cfg_we": In(1), "cfg_addr": In(15), "cfg_data": In(32),
+            "ctl_init": In(1), "ctl_start": In(1), "ctl_verify": In(1),
+            "init_done": Out(1), "done": Out(1), "verify_done": Out(1), "stuck": Out(1),
+            "rd_addr": In(16), "rd_data": Out(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        m.domains.mesh = mesh = ClockDomain("mesh")
+        m.d.comb += [mesh.clk.eq(self.mesh_clk), mesh.rst.eq(self.mesh_rst)]
+        layout = make_flit_layout(cfg)
+        depth = cfg.link_buffer_flits
+
+        routers = {}
+        for y in range(cfg.mesh_rows):
+            for x in range(cfg.mesh_cols):
+                router = DomainRenamer("mesh")(MeshRouter(cfg, x, y, layout))
+                m.submodules[f"router_{x}_{y}"] = router
+                routers[x, y] = router
+        for (x, y), router in routers.items():
+            for port, (dx, dy), back in ((Port.EAST, (1, 0), Port.WEST),
+                                         (Port.SOUTH, (0, 1), Port.NORTH)):
+                other = routers.get((x + dx, y + dy))
+                if other is not None:
+                    wiring.connect(m, router.o[port], other.i[back])
+                    wiring.connect(m, other.o[back], router.i[port])
+
+        now = Signal(32)
+        m.d.sync += now.eq(now + 1)
+        latency = {reg: Signal(8, name=f"latency_{reg.name.lower()}") for reg in MeshReg}
+        with m.If(self.cfg_we & self.cfg_addr[14]):
+            with m.Switch(self.cfg_addr[:4]):
+                for reg, sig in latency.items():
+                    with m.Case(reg):
+                        m.d.sync += sig.eq(self.cfg_data)
+        shires = []
+        overflow = [r.o_overflow for r in routers.values()]
+        for s, cell in enumerate(cfg.placement):
+            shire = Shire(cfg, s, layout)
+            m.submodules[f"shire{s}"] = shire
+            m.d.comb += [shire.i_send_cycles.eq(latency[MeshReg.SEND_CYCLES]),
+                         shire.i_recv_cycles.eq(latency[MeshReg.RECV_CYCLES]),
+                         shire.i_tree_cycles.eq(latency[MeshReg.TREE_CYCLES]),
+                         shire.i_xbar_cycles.eq(latency[MeshReg.XBAR_CYCLES])]
+            shires.append(shire)
+            overflow.append(shire.o_overflow)
+            up_pipe = LinkDelay(flit_layout=layout, capacity=2 * depth)
+            up = LinkCdc(flit_layout=layout, depth=depth, out_credits=depth,
+                         i_domain="sync", o_domain="mesh")
+            down = LinkCdc(flit_layout=layout, depth=depth, out_credits=depth,
+                           i_domain="mesh", o_domain="sync")
+            down_pipe = LinkDelay(flit_layout=layout, capacity=2 * depth)
+            m.d.comb += [up_pipe.i_latency.eq(latency[MeshReg.PORT_CYCLES]),
+                         down_pipe.i_latency.eq(latency[MeshReg.PORT_CYCLES])]
+            overflow += [up_pipe.o_overflow, down_pipe.o_overflow]
+            m.submodules[f"port{s}_up_pipe"] = up_pipe
+            m.submodules[f"port{s}_up"] = up
+            m.submodules[f"port{s}_down"] = down
+            m.submodules[f"port{s}_down_pipe"] = down_pipe
+            wiring.connect(m, shire.o_mesh, up_pipe.i)
+            wiring.connect(m, up_pipe.o, up.i)
+            wiring.connect(m, up.o, routers[cell].i[Port.LOCAL])
+            wiring.connect(m, routers[cell].o[Port.LOCAL], down.i)
+            wiring.connect(m, down.o, down_pipe.i)
+            wiring.connect(m, down_pipe.o, shire.i_mesh)
+
+        engines = [e for shire in shires for e in shire.engines]
+        index = {}
+        for s, shire in enumerate(shires):
+            for k, e in enumerate(shire.engines):
+                index[cfg.minion_id(s, k)] = e
+        target = self.cfg_addr[4:14]
+        for gid, e in index.items():
+            m.d.comb += [
+                e.i_we.eq(self.cfg_we & ~self.cfg_addr[14] & (target == gid)),
+                e.i_reg.eq(self.cfg_addr[:4]),
+                e.i_data.eq(self.cfg_data),
+                e.i_init.eq(self.ctl_init), e.i_start.eq(self.ctl_start),
+                e.i_verify.eq(self.ctl_verify), e.i_now.eq(now),
+            ]
+        m.d.comb += [
+            self.init_done.eq(Cat(*(e.o_init_done for e in engines)).all()),
+            self.done.eq(Cat(*(e.o_done for e in engines)).all()),
+            self.verify_done.eq(Cat(*(e.o_verify_done for e in engines)).all()),
+        ]
+
+        # --- watchdog -----------------------------------------------------
+        running = Signal()
+        idle = Signal(32)
+        progress = Cat(*(e.o_progress for e in engines)).any()
+        with m.If(self.ctl_init):
+            m.d.sync += [running.eq(0), self.stuck.eq(0), idle.eq(0)]
+        with m.Elif(self.ctl_start):
+            m.d.sync += [running.eq(1), idle.eq(0)]
+        with m.Elif(running & ~self.done & ~self.stuck):
+            with m.If(progress):
+                m.d.sync += idle.eq(0)
+            with m.Elif(idle >= cfg.watchdog_cycles):
+                m.d.sync += self.stuck.eq(1)
+            with m.Else():
+                m.d.sync += idle.eq(idle + 1)
+        run_cycles = Signal(32)
+        with m.If(self.ctl_start):
+            m.d.sync += run_cycles.eq(0)
+        with m.Elif(running & ~self.done & ~self.stuck):
+            m.d.sync += run_cycles.eq(run_cycles + 1)
+
+        # --- counters -------------------------------------------------------
+        values = [run_cycles, self.stuck, idle, Cat(*overflow).any()]
+        for e in engines:
+            values += [e.o_tx_msgs, e.o_rx_msgs, e.o_first_rx, e.o_last_rx, e.o_checksum,
+                       e.o_errors, e.o_ready_from, e.o_blocked_ready,
+                       Cat(e.o_done, e.o_init_done, e.o_verify_done)]
+        with m.Switch(self.rd_addr):
+            for i, v in enumerate(values):
+                with m.Case(i):
+                    m.d.comb += self.rd_data.eq(v)
+        return m

@@ -1,0 +1,155 @@
+"""Shire network (seed 002, "Inside a shire, only the tree edges are fast",
+"Reduction trees").
+
+A shire holds 32 minions in four neighbourhoods of eight.  Inside a
+neighbourhood the reduction-tree edges of levels 0-2 form the fast network;
+every other message inside the shire, and every message to or from the mesh,
+goes through the shire crossbar, which also holds the shire's single mesh
+port ("Minion 31 of each shire gives the same numbers as minion 0, so each
+shire meets the mesh at a single point").
+"""
+
+from amaranth import Const, Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from ..common.credit import CreditLink, LinkDelay, StreamToLink, VcInputBuffer
+from ..common.flit import VC
+from ..common.switch import CreditSwitch
+from .config import tree_edge
+from .engine import MinionEngine
+
+__all__ = ["Shire"]
+
+
+class Shire(wiring.Component):
+    """One compute shire: its minions' engines, neighbourhood switches and crossbar.
+    Clock: minion clock (600 MHz, domain ``sync``).
+
+    Parameters
+    ----------
+    cfg : MeshConfig
+        ``neighbourhoods`` x ``minions_per_neighbourhood`` minions are built,
+        with buffers of ``link_buffer_flits`` per VC.
+    shire : int
+        Logical shire ID (0..31); minion ``k`` has global index ``shire << 5 | k``.
+    flit_layout : StructLayout
+        Flit layout (``node_bits`` 10).
+
+    Members
+    -------
+    o_mesh : Out(CreditLink(flit_layout))
+        Flits leaving the shire for the mesh.
+    i_mesh : In(CreditLink(flit_layout))
+        Flits from the mesh.
+    o_overflow : Out(1)
+        Sticky: some buffer overflowed (credit protocol broken).
+    i_send_cycles, i_recv_cycles : In(8)
+        Engine latencies, to every engine (see :class:`MinionEngine`).
+    i_tree_cycles : In(8)
+        Latency of every delivery from a neighbourhood switch to its minion
+        (the fast network's stage; minion cycles).
+    i_xbar_cycles : In(8)
+        Latency of every crossbar output towards a neighbourhood (the
+        crossbar's stage; minion cycles).  The mesh output has none: its stage
+        is the mesh port's, outside the shire.
+
+    Attributes
+    ----------
+    engines : list of MinionEngine
+        Minion ``k``'s engine; the top level drives their register ports and
+        reads their counters.
+    """
+
+    def __init__(self, cfg, shire, flit_layout):
+        self.cfg = cfg
+        self.shire = shire
+        self.flit_layout = flit_layout
+        link = CreditLink(flit_layout)
+        super().__init__({"o_mesh": Out(link), "i_mesh": In(link), "o_overflow": Out(1),
+                          "i_send_cycles": In(8), "i_recv_cycles": In(8),
+                          "i_tree_cycles": In(8), "i_xbar_cycles": In(8)})
+        self.engines = [
+            MinionEngine(minion=cfg.minion_id(shire, k), flit_layout=flit_layout,
+                         registers=cfg.registers, flits_per_register=cfg.flits_per_register)
+            for k in range(cfg.minions_per_shire)]
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        mpn, nbs = cfg.minions_per_neighbourhood, cfg.neighbourhoods
+        depth = cfg.link_buffer_flits
+        layout = self.flit_layout
+        levels = max(mpn - 1, 0).bit_length()
+        # edge[a * mpn + b]: minions a and b of a neighbourhood share a tree edge
+        edges = Const(sum(1 << (a * mpn + b) for a in range(mpn) for b in range(mpn)
+                          if tree_edge(a, b, levels)), max(mpn * mpn, 1))
+        lbits = max(mpn - 1, 0).bit_length()
+        overflow = []
+
+        def local(index):
+            return index % mpn if mpn > 1 else 0
+
+        xbar_pipes = []
+        for nb in range(nbs):
+            def nb_route(m, flit, i, nb=nb):
+                if i == mpn:        # from the crossbar: always for this neighbourhood
+                    return flit.dst[:5] % mpn if mpn > 1 else 0
+                dst_local = flit.dst[:5]
+                same = (flit.dst[5:10] == self.shire) & (dst_local // mpn == nb)
+                if mpn == 1:
+                    return mpn
+                a = Const(i, lbits)
+                pair = (a * mpn + dst_local[:lbits]) if lbits else 0
+                fast = same & edges.bit_select(pair, 1)
+                return fast.as_unsigned() * dst_local[:lbits] + (~fast).as_unsigned() * mpn
+
+            switch = CreditSwitch(flit_layout=layout, n_in=mpn + 1, n_out=mpn + 1, route=nb_route,
+                                  depth=depth, out_credits=depth)
+            m.submodules[f"nb{nb}"] = switch
+            overflow.append(switch.o_overflow)
+            for k in range(mpn):
+                minion = nb * mpn + k
+                engine = self.engines[minion]
+                m.submodules[f"engine{minion}"] = engine
+                m.d.comb += [engine.i_send_cycles.eq(self.i_send_cycles),
+                             engine.i_recv_cycles.eq(self.i_recv_cycles)]
+                send = StreamToLink(flit_layout=layout, credits=depth)
+                m.submodules[f"send{minion}"] = send
+                wiring.connect(m, engine.o_req, send.i[VC.REQ])
+                wiring.connect(m, engine.o_rsp, send.i[VC.RSP])
+                wiring.connect(m, send.o, switch.i[k])
+                fast = LinkDelay(flit_layout=layout, capacity=2 * depth)
+                m.submodules[f"deliver{minion}"] = fast
+                m.d.comb += fast.i_latency.eq(self.i_tree_cycles)
+                overflow.append(fast.o_overflow)
+                wiring.connect(m, switch.o[k], fast.i)
+                arrive = VcInputBuffer(flit_layout=layout, depth=depth)
+                m.submodules[f"arrive{minion}"] = arrive
+                wiring.connect(m, fast.o, arrive.i)
+                wiring.connect(m, arrive.o[VC.REQ], engine.i_req)
+                wiring.connect(m, arrive.o[VC.RSP], engine.i_rsp)
+                overflow.append(arrive.o_overflow)
+            xbar_pipes.append(switch)
+
+        def xbar_route(m, flit, i):
+            here = flit.dst[5:10] == self.shire
+            nb_of = flit.dst[:5] // mpn if nbs > 1 else 0
+            return here.as_unsigned() * nb_of + (~here).as_unsigned() * nbs
+
+        xbar = CreditSwitch(flit_layout=layout, n_in=nbs + 1, n_out=nbs + 1, route=xbar_route,
+                            depth=depth, out_credits=depth)
+        m.submodules.xbar = xbar
+        overflow.append(xbar.o_overflow)
+        for nb, switch in enumerate(xbar_pipes):
+            wiring.connect(m, switch.o[mpn], xbar.i[nb])
+            down = LinkDelay(flit_layout=layout, capacity=2 * depth)
+            m.submodules[f"xbar_out{nb}"] = down
+            m.d.comb += down.i_latency.eq(self.i_xbar_cycles)
+            overflow.append(down.o_overflow)
+            wiring.connect(m, xbar.o[nb], down.i)
+            wiring.connect(m, down.o, switch.i[mpn])
+        wiring.connect(m, xbar.o[nbs], wiring.flipped(self.o_mesh))
+        wiring.connect(m, wiring.flipped(self.i_mesh), xbar.i[nbs])
+        m.d.comb += self.o_overflow.eq(sum(o.as_unsigned() for o in overflow) != 0)
+        return m

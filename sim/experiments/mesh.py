@@ -1,0 +1,497 @@
+"""Experiments of seed 002 on the ET-SoC-1 network model.
+
+Each experiment turns a :class:`~hdl.etsoc.config.MeshConfig` into runs (the
+engine registers of every minion taking part), and turns the counters the
+testbench read back into the shared result JSON.  Python only configures,
+keeps a reference model of the register data (to check every receive) and
+fits: every cycle count comes from the RTL's counters, in minion cycles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import statistics
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+
+import numpy as np
+
+from hdl.etsoc.config import COMBINE_OPS, MeshConfig, hops
+from hdl.etsoc.engine import Couple, EngineReg, checksum, combine, register_word
+from hdl.etsoc.mesh import GLOBAL, counter_names, mesh_registers
+from sim.fit import error_pct
+
+__all__ = ["ExperimentError", "EXPERIMENTS", "PingPong", "OneWay", "reference", "build_config",
+           "build_runs", "build_run", "plan", "analyse", "check_run", "minion_name",
+           "expected_checksums"]
+
+FABRIC = "mesh"
+#: Ping-pong exchanges per measured round trip; the round trip is the spacing
+#: of the pinging minion's receives, so the first exchange's start-up drops out.
+EXCHANGES = 5
+
+
+class ExperimentError(RuntimeError):
+    """A run lost, duplicated or corrupted data, or stopped making progress."""
+
+
+def reference():
+    """The seed values in ``sim/reference/mesh.toml`` as a nested dict."""
+    text = resources.files("sim.reference").joinpath("mesh.toml").read_text()
+    return tomllib.loads(text)
+
+
+def minion_name(gid):
+    """Counter prefix of global minion ``gid`` (``s<shire>.m<minion>``)."""
+    return f"s{gid >> 5}.m{gid & 31}"
+
+
+@dataclass(frozen=True)
+class _Exchange:
+    a: int
+    b: int
+    nregs: int = 1
+    op: int = 0
+    exchanges: int = EXCHANGES
+
+
+@dataclass(frozen=True)
+class PingPong(_Exchange):
+    """Minion ``a`` (global index) sends ``exchanges`` messages of ``nregs``
+    registers to ``b``, each answered by one from ``b``; ``op`` indexes
+    :data:`COMBINE_OPS`."""
+
+
+@dataclass(frozen=True)
+class OneWay(_Exchange):
+    """Minion ``a`` streams ``exchanges`` messages of ``nregs`` registers to ``b``;
+    ``b`` posts its next receive as soon as the last one retires (seed 002,
+    "Message size and bandwidth")."""
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One experiment: its runs and how to read them.
+
+    ``build`` holds structural fields the experiment builds with unless the
+    user sets them (the measured minions need no full shire)."""
+
+    name: str
+    title: str
+    runs: object        # callable(cfg) -> list of (label, PingPong, meta)
+    rows: object        # callable(cfg, measured) -> (series, rows, extra)
+    build: tuple = ()
+    notes: tuple = ()
+
+
+def build_config(cfg, exp, explicit=()):
+    """``cfg`` with the experiment's build fields, except those in ``explicit``."""
+    return dataclasses.replace(cfg, **{k: v for k, v in exp.build if k not in explicit})
+
+
+def _regs(gid, cfg):
+    words = cfg.registers * cfg.flits_per_register
+    return [register_word(gid, w, cfg.flit_bytes) for w in range(words)]
+
+
+def _deliver(cfg, sender, receiver, nregs, op):
+    words = len(sender)
+    for k in range(nregs * cfg.flits_per_register):
+        w = k % words
+        receiver[w] = combine(op, receiver[w], sender[w], cfg.flit_bytes)
+
+
+def expected_checksums(cfg, pp):
+    """Reference model of a :class:`PingPong` or :class:`OneWay`: the checksums
+    both register files must end with (messages arrive in order, and a
+    ping-pong alternates)."""
+    ra, rb = _regs(pp.a, cfg), _regs(pp.b, cfg)
+    for _ in range(pp.exchanges):
+        _deliver(cfg, ra, rb, pp.nregs, pp.op)
+        if isinstance(pp, PingPong):
+            _deliver(cfg, rb, ra, pp.nregs, pp.op)
+    return {pp.a: checksum(ra, cfg.flit_bytes), pp.b: checksum(rb, cfg.flit_bytes)}
+
+
+def build_run(cfg, label, programs, dirty=None, meta=None):
+    """Register writes of one run, the counters to read and the checksums expected.
+
+    ``programs`` is a :class:`PingPong` or :class:`OneWay`, or a list of them
+    running at the same time on distinct minions; ``meta`` (a dict, or a list
+    with one dict per program) is kept with each program for analysis.
+    ``dirty`` is the set of minions programmed by the previous run (cleared
+    here, then set to this run's).
+
+    Raises
+    ------
+    ValueError
+        If a minion is not built or used twice, or ``nregs`` or ``op`` is out
+        of range; the message names the field and the allowed values.
+    """
+    if isinstance(programs, _Exchange):
+        programs, meta = [programs], [meta or {}]
+    meta = meta if isinstance(meta, list) else [meta or {}] * len(programs)
+    dirty = set() if dirty is None else dirty
+    used = [g for pp in programs for g in (pp.a, pp.b)]
+    for gid in used:
+        shire, minion = gid >> 5, gid & 31
+        if not (0 <= shire < 32 and 0 <= minion < cfg.minions_per_shire):
+            raise ValueError(f"minion must be in a built shire position (minion < "
+                             f"{cfg.minions_per_shire}), not shire {shire} minion {minion}")
+    if len(set(used)) != len(used):
+        raise ValueError(f"minions must be distinct within a run, not {sorted(used)}")
+    for pp in programs:
+        if not (isinstance(pp.nregs, int) and 1 <= pp.nregs <= 127):
+            raise ValueError(f"nregs must be an integer from 1 to 127, not {pp.nregs!r}")
+        if pp.op not in range(len(COMBINE_OPS)):
+            raise ValueError(f"op must be one of {', '.join(COMBINE_OPS)}, not {pp.op!r}")
+        if not (isinstance(pp.exchanges, int) and 2 <= pp.exchanges <= 65535):
+            raise ValueError(f"exchanges must be an integer from 2 to 65535, "
+                             f"not {pp.exchanges!r}")
+    writes = [(GLOBAL | reg, value) for reg, value in mesh_registers(cfg).items()]
+    for gid in sorted(dirty - set(used)):
+        writes += [(gid << 4 | EngineReg.TX_COUNT, 0), (gid << 4 | EngineReg.RX_COUNT, 0)]
+    counts, expect = {}, {}
+    for pp in programs:
+        n = pp.exchanges
+        if isinstance(pp, PingPong):
+            roles = ((pp.a, pp.b, Couple.PING, n, n), (pp.b, pp.a, Couple.PONG, n, n))
+        else:
+            roles = ((pp.a, pp.b, Couple.NONE, n, 0), (pp.b, pp.a, Couple.NONE, 0, n))
+        for me, peer, couple, tx, rx in roles:
+            for reg, value in ((EngineReg.TX_PEER, peer), (EngineReg.RX_PEER, peer),
+                               (EngineReg.TX_COUNT, tx), (EngineReg.RX_COUNT, rx),
+                               (EngineReg.NREGS, pp.nregs), (EngineReg.OP, pp.op),
+                               (EngineReg.COUPLE, couple)):
+                writes.append((me << 4 | reg, int(value)))
+            counts[f"{minion_name(me)}.tx_msgs"] = tx
+            counts[f"{minion_name(me)}.rx_msgs"] = rx
+        expect.update({f"{minion_name(g)}.checksum": v
+                       for g, v in expected_checksums(cfg, pp).items()})
+    dirty.clear()
+    dirty.update(used)
+    names = [minion_name(g) for g in used]
+    return {
+        "label": label, "writes": writes,
+        "programs": [dict(m, a=pp.a, b=pp.b, exchanges=pp.exchanges)
+                     for pp, m in zip(programs, meta)],
+        "read": [f"{n}.{c}" for n in names for c in ("tx_msgs", "rx_msgs", "first_rx",
+                                                      "last_rx", "errors")],
+        "verify": [f"{n}.checksum" for n in names],
+        "on_stuck": [f"{n}.{c}" for n in names for c in ("ready_from", "blocked_ready",
+                                                          "state")],
+        "expect": expect,
+        "exchanges": max(pp.exchanges for pp in programs),
+        "counts": counts,
+    }
+
+
+def build_runs(cfg, exp):
+    """Every run of ``exp`` under ``cfg`` (register writes, counters to read, the
+    checksums expected).
+
+    Raises
+    ------
+    ValueError
+        If a run names a minion the build does not have, or a bad message size or op.
+    """
+    dirty = set()
+    return [build_run(cfg, label, programs, dirty, meta)
+            for label, programs, meta in exp.runs(cfg)]
+
+
+def plan(cfg, runs):
+    """The JSON plan handed to ``testbenches.mesh``."""
+    longest = max((r["exchanges"] for r in runs), default=1)
+    return {"counter_names": counter_names(cfg), "runs": runs,
+            "init_cycles": 4 * cfg.registers * cfg.flits_per_register * 8 + 1000,
+            "run_cycles": 2 * cfg.watchdog_cycles + 2000 * longest}
+
+
+def check_run(cfg, run, got):
+    """Raise :class:`ExperimentError` unless the run ended cleanly with every register right."""
+    label = run["label"]
+    if got["ended"] != "done":
+        c = got["counters"]
+        held = ", ".join(f"{k}={v:#x}" for k, v in c.items()
+                         if k.endswith(("ready_from", "blocked_ready", "state")))
+        raise ExperimentError(f"{label}: run ended {got['ended']} after {c.get('cycles')} "
+                              f"cycles; {held}")
+    counters = got["counters"]
+    if counters["overflow"]:
+        raise ExperimentError(f"{label}: a buffer overflowed (credit protocol broken)")
+    for key, value in counters.items():
+        if key.endswith(".errors") and value:
+            raise ExperimentError(f"{label}: {key} = {value} flits arrived outside a receive")
+        if key in run["counts"] and value != run["counts"][key]:
+            raise ExperimentError(f"{label}: {key} = {value}, expected {run['counts'][key]}")
+    for key, want in run["expect"].items():
+        have = got["checksums"][key]
+        if have != want:
+            raise ExperimentError(f"{label}: {key} = {have:#010x}, expected {want:#010x}: "
+                                  "register data lost, duplicated or corrupted")
+
+
+def _spacing(program, got, side="a"):
+    """Spacing of one minion's receives (a ping-pong's round trip at ``a``, a
+    stream's time per message at ``b``), minion cycles."""
+    c = got["counters"]
+    name = minion_name(program[side])
+    return (c[f"{name}.last_rx"] - c[f"{name}.first_rx"]) / (program["exchanges"] - 1)
+
+
+def _measured(runs, results, side="a"):
+    """``(program dict, spacing)`` of every program of every run."""
+    return [(p, _spacing(p, got, side)) for run, got in zip(runs, results)
+            for p in run["programs"]]
+
+
+def _affine(xs, ys):
+    slope, intercept = np.polyfit(np.asarray(xs, float), np.asarray(ys, float), 1)
+    residuals = np.asarray(ys, float) - (intercept + slope * np.asarray(xs, float))
+    return float(intercept), float(slope), residuals
+
+
+def _ref_row(quantity, model, key, **extra):
+    entry = reference()
+    for part in key.split("."):
+        entry = entry[part]
+    row = {"quantity": quantity, "model": float(model), "reference": entry["value"],
+           "unit": entry["unit"], "source": entry["source"],
+           "error_pct": error_pct(model, entry["value"])}
+    if "tolerance_pct" in entry:
+        row["tolerance_pct"] = entry["tolerance_pct"]
+        row["target"] = f"within {entry['tolerance_pct']:g} %"
+    if "tolerance_cycles" in entry:
+        tol = entry["tolerance_cycles"]
+        row["minimum"], row["maximum"] = entry["value"] - tol, entry["value"] + tol
+        row["target"] = f"within {tol:g} cycle of {entry['value']:g}"
+    for bound in ("minimum", "maximum"):
+        if bound in entry:
+            row[bound] = entry[bound]
+    row.update(extra)
+    return row
+
+
+# --- round trip against hops -----------------------------------------------------
+
+def xy_links(cfg, a, b):
+    """Directed mesh links (cell, next cell) of the X-then-Y route from shire
+    ``a``'s cell to shire ``b``'s, plus the two local ports."""
+    (x, y), (tx, ty) = cfg.placement[a], cfg.placement[b]
+    links = [("in", a), ("out", b)]
+    while (x, y) != (tx, ty):
+        nxt = (x + (tx > x) - (tx < x), y) if x != tx else (x, y + (ty > y) - (ty < y))
+        links.append(((x, y), nxt))
+        x, y = nxt
+    return links
+
+
+def _pairs_runs(cfg):
+    """All 496 pairs, packed first-fit into runs whose pairs share no shire and
+    no directed mesh link in either direction, so no two exchanges ever meet."""
+    rounds = []
+    for a, b in itertools.combinations(range(32), 2):
+        need = set(xy_links(cfg, a, b)) | set(xy_links(cfg, b, a))
+        for r in rounds:
+            if not (need & r["links"]) and not ({a, b} & r["shires"]):
+                break
+        else:
+            r = {"links": set(), "shires": set(), "pairs": []}
+            rounds.append(r)
+        r["links"] |= need
+        r["shires"] |= {a, b}
+        r["pairs"].append((a, b))
+    for i, r in enumerate(rounds):
+        yield (f"round {i}: " + " ".join(f"{a}-{b}" for a, b in r["pairs"]),
+               [PingPong(cfg.minion_id(a, 0), cfg.minion_id(b, 0)) for a, b in r["pairs"]],
+               [{"hops": hops(cfg.placement[a], cfg.placement[b]), "shires": [a, b]}
+                for a, b in r["pairs"]])
+
+
+def _hop_points(runs, measured):
+    return [(p["hops"], rt) for p, rt in _measured(runs, measured)]
+
+
+def _pairs_rows(cfg, runs, measured):
+    points = _hop_points(runs, measured)
+    rts = {tuple(p["shires"]): rt for p, rt in _measured(runs, measured)}
+    a, b, res = _affine(*zip(*points))
+    series = [{"name": "TensorSend round trip, minion 0 of every pair of shires",
+               "x": "hops", "points": [{"hops": h, "cycles": c} for h, c in points],
+               "fit": {"alpha_cycles": a, "beta_cycles_per_hop": b,
+                       "max_residual_cycles": float(np.max(np.abs(res)))}}]
+    rows = [
+        _ref_row("round trip per mesh hop (fit over 496 pairs)", b, "round_trip.per_hop"),
+        {"quantity": "worst residual of the fit", "model": float(np.max(np.abs(res))),
+         "reference": None, "unit": "cycles", "maximum": 2.0, "target": "under 2 cycles",
+         "source": reference()["round_trip"]["max_residual"]["source"]},
+        _ref_row("round trip at 0 hops (fit intercept)", a, "three_speeds.mesh_base"),
+    ]
+    source = 0
+    heat = [{"shire": s, "x": cfg.placement[s][0], "y": cfg.placement[s][1],
+             "cycles": rts[(source, s)]} for s in range(32) if s != source]
+    extra = {"heatmap": {"from_shire": source, "source_cell": list(cfg.placement[source]),
+                         "cols": cfg.mesh_cols, "rows": cfg.mesh_rows,
+                         "non_compute": [list(c) for c in cfg.non_compute_cells],
+                         "cells": heat}}
+    return series, rows, extra
+
+
+# --- three speeds ---------------------------------------------------------------
+
+def _speeds_runs(cfg):
+    mpn = cfg.minions_per_neighbourhood
+    yield "tree edge: minion 0 - minion 1", PingPong(cfg.minion_id(0, 0),
+                                                     cfg.minion_id(0, 1)), {"path": "tree_edge"}
+    yield (f"crossbar: minion 0 - minion {mpn}", PingPong(cfg.minion_id(0, 0),
+                                                          cfg.minion_id(0, mpn)),
+           {"path": "crossbar"})
+    seen = set()
+    for s in range(1, 32):
+        h = hops(cfg.placement[0], cfg.placement[s])
+        if h not in seen:
+            seen.add(h)
+            yield (f"mesh: shire 0 - shire {s} ({h} hops)",
+                   PingPong(cfg.minion_id(0, 0), cfg.minion_id(s, 0)), {"path": "mesh", "hops": h})
+
+
+def _speeds_rows(cfg, runs, measured):
+    by_path = {}
+    points = []
+    for p, rt in _measured(runs, measured):
+        if p["path"] == "mesh":
+            points.append((p["hops"], rt))
+        else:
+            by_path[p["path"]] = rt
+    points.sort()
+    a, b, res = _affine(*zip(*points))
+    series = [{"name": "mesh round trip from shire 0", "x": "hops",
+               "points": [{"hops": h, "cycles": c} for h, c in points],
+               "fit": {"alpha_cycles": a, "beta_cycles_per_hop": b,
+                       "max_residual_cycles": float(np.max(np.abs(res)))}}]
+    rows = [
+        _ref_row("tree edge round trip", by_path["tree_edge"], "three_speeds.tree_edge"),
+        _ref_row("crossbar round trip", by_path["crossbar"], "three_speeds.crossbar"),
+        _ref_row("mesh round trip at 0 hops (fit intercept)", a, "three_speeds.mesh_base"),
+        _ref_row("mesh round trip per hop", b, "three_speeds.mesh_per_hop"),
+    ]
+    return series, rows, {}
+
+
+# --- message size ---------------------------------------------------------------
+
+MESSAGE_SIZES = (1, 2, 4, 8, 16, 32, 64, 127)
+
+
+def _size_paths(cfg):
+    """(path, sender, receiver, hops) of the four paths the seed's stream measures.
+
+    The seed does not say which shires its two mesh paths join; their fixed
+    costs (135 and 224 cycles, about the round trip minus 28 as on the two
+    in-shire paths) put them at about 1 and 8 to 9 hops, so the lowest-numbered
+    shires 1 and 8 hops from shire 0 are used.
+    """
+    mpn = cfg.minions_per_neighbourhood
+
+    def at(distance):
+        return min(s for s in range(1, 32)
+                   if hops(cfg.placement[0], cfg.placement[s]) == distance)
+    near, far = at(1), at(8)
+    return (("tree_edge", cfg.minion_id(0, 0), cfg.minion_id(0, 1), 0),
+            ("crossbar", cfg.minion_id(0, 0), cfg.minion_id(0, mpn), 0),
+            ("mesh_near", cfg.minion_id(0, 0), cfg.minion_id(near, 0),
+             hops(cfg.placement[0], cfg.placement[near])),
+            ("mesh_far", cfg.minion_id(0, 0), cfg.minion_id(far, 0),
+             hops(cfg.placement[0], cfg.placement[far])))
+
+
+def _size_runs(cfg):
+    for path, a, b, h in _size_paths(cfg):
+        for n in MESSAGE_SIZES:
+            yield (f"{path}: {n} registers", OneWay(a, b, nregs=n, exchanges=6),
+                   {"path": path, "nregs": n, "hops": h})
+
+
+def _size_rows(cfg, runs, measured):
+    from sim.fit import fit_affine
+    series, rows = [], []
+    for path, _, _, h in _size_paths(cfg):
+        pts = [(p["nregs"], t) for p, t in _measured(runs, measured, "b") if p["path"] == path]
+        fit = fit_affine([n * cfg.register_bytes for n, _ in pts], [c for _, c in pts])
+        per_reg = fit.beta_cycles_per_byte * cfg.register_bytes
+        where = f" ({h} hops)" if h else ""
+        series.append({"name": f"{path}{where}",
+                       "points": [{"payload_bytes": n * cfg.register_bytes, "cycles": c}
+                                  for n, c in pts], "fit": fit.to_json()})
+        rows += [_ref_row(f"{path}{where}: fixed cost per message", fit.alpha_cycles,
+                          f"message_size.{path}.fixed"),
+                 _ref_row(f"{path}{where}: cost per register", per_reg,
+                          f"message_size.{path}.per_register")]
+    return series, rows, {}
+
+
+REDUCED = (("neighbourhoods", 2), ("minions_per_neighbourhood", 2))
+_REDUCED_NOTE = ("Built with 2 neighbourhoods of 2 minions per shire (the measured minions "
+                 "need no more; the seed finds minion 31 gives the same numbers as minion 0, "
+                 "since each shire meets the mesh at one point). Set neighbourhoods and "
+                 "minions_per_neighbourhood to build full shires.")
+
+EXPERIMENTS = {e.name: e for e in (
+    Experiment("round_trip", "Round trip between minion 0 of every pair of shires",
+               _pairs_runs, _pairs_rows, REDUCED,
+               notes=(_REDUCED_NOTE,
+                      "Five ping-pong exchanges of one register per pair; the round trip is "
+                      "the spacing of the pinging minion's receives. Pairs run together only "
+                      "when they share no shire and no directed mesh link, so no two "
+                      "exchanges meet.")),
+    Experiment("three_speeds", "Three speeds: tree edge, shire crossbar, mesh",
+               _speeds_runs, _speeds_rows, REDUCED,
+               notes=(_REDUCED_NOTE,
+                      "Pipeline depths the seed does not disclose (engine_send_cycles, "
+                      "engine_recv_cycles, tree_edge_cycles, crossbar_cycles, "
+                      "mesh_port_cycles) are configuration fields chosen so these rows come "
+                      "out; the per-hop cost comes from the 4-mesh-cycle router hop and the "
+                      "clock ratio alone.")),
+    Experiment("message_size", "Message size: one-way streams of 1 to 127 registers",
+               _size_runs, _size_rows, REDUCED,
+               notes=(_REDUCED_NOTE,
+                      "Six messages per size; the time per message is the spacing of the "
+                      "receiver's completions. The seed names four paths without their hop "
+                      "counts; shires 1 and 8 hops from shire 0 stand in for its two mesh paths "
+                      "(see sim/experiments/mesh.py, _size_paths).",
+                      "Known gap: the cost per register. Every path but the tree edge crosses "
+                      "the shire crossbar's 19-cycle stage towards a neighbourhood, whose "
+                      "8 credits per VC allow 8 flits per ~23-cycle credit loop, so all three "
+                      "come out at 5.7 cycles per register; the tree edge moves a flit per "
+                      "cycle (2.0). The seed's 2.3 / 4.0 / 3.0 / 4.6 need a mesh path faster "
+                      "than the in-shire crossbar and a window on packets in flight that grows "
+                      "with distance, which the model does not have yet.")),
+)}
+
+
+def analyse(cfg, exp, runs, results, simulator):
+    """Check every run and build the result JSON of ``exp``.
+
+    Raises
+    ------
+    ExperimentError
+        If a run is missing, stuck, or any register came back wrong.
+    """
+    if len(results) != len(runs):
+        last = results[-1] if results else None
+        if last is not None:
+            check_run(cfg, runs[len(results) - 1], last)
+        raise ExperimentError(f"{exp.name}: {len(results)} of {len(runs)} runs came back")
+    for run, got in zip(runs, results):
+        check_run(cfg, run, got)
+    series, rows, extra = exp.rows(cfg, runs, results)
+    config = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
+              if f.name != "placement"}
+    out = {"fabric": FABRIC, "experiment": exp.name, "title": exp.title,
+           "simulator": simulator, "config": config, "series": series, "rows": rows,
+           "notes": list(exp.notes)}
+    out.update(extra)
+    return out

@@ -1,0 +1,179 @@
+"""Unit tests of the ET-SoC-1 blocks in Amaranth's simulator, and of their configuration."""
+
+import pytest
+from amaranth import Module
+from amaranth.lib import wiring
+from amaranth.sim import Simulator
+
+from hdl.common.credit import LinkPipeline
+from hdl.etsoc.config import COMBINE_OPS, MeshConfig, tree_edge
+from hdl.etsoc.engine import Couple, EngineReg, MinionEngine, MsgKind
+from hdl.etsoc.mesh import make_flit_layout
+from sim.experiments.mesh import PingPong, expected_checksums
+
+CFG = MeshConfig()
+LAYOUT = make_flit_layout(CFG)
+
+
+def _pair(a, b):
+    m = Module()
+    ea = MinionEngine(minion=a, flit_layout=LAYOUT)
+    eb = MinionEngine(minion=b, flit_layout=LAYOUT)
+    m.submodules.a, m.submodules.b = ea, eb
+    for x, y in ((ea, eb), (eb, ea)):
+        wiring.connect(m, x.o_req, y.i_req)
+        wiring.connect(m, x.o_rsp, y.i_rsp)
+    return m, ea, eb
+
+
+async def _write(ctx, engine, regs):
+    for reg, value in regs.items():
+        ctx.set(engine.i_we, 1)
+        ctx.set(engine.i_reg, reg)
+        ctx.set(engine.i_data, value)
+        await ctx.tick()
+    ctx.set(engine.i_we, 0)
+
+
+@pytest.mark.parametrize("op,nregs", [(0, 1), (1, 3), (2, 40), (3, 2)])
+def test_ping_pong_delivers_and_combines_every_register(op, nregs):
+    a, b = CFG.minion_id(0, 0), CFG.minion_id(5, 1)
+    m, ea, eb = _pair(a, b)
+    pp = PingPong(a, b, nregs=nregs, op=op, exchanges=2)
+    got = {}
+
+    async def bench(ctx):
+        for e in (ea, eb):
+            ctx.set(e.i_send_cycles, 2)
+            ctx.set(e.i_recv_cycles, 3)
+        for me, peer, couple in ((ea, b, Couple.PING), (eb, a, Couple.PONG)):
+            await _write(ctx, me, {EngineReg.TX_PEER: peer, EngineReg.RX_PEER: peer,
+                                   EngineReg.TX_COUNT: 2, EngineReg.RX_COUNT: 2,
+                                   EngineReg.NREGS: nregs, EngineReg.OP: op,
+                                   EngineReg.COUPLE: couple})
+        for sig in (ea.i_init, eb.i_init):
+            ctx.set(sig, 1)
+        await ctx.tick()
+        ctx.set(ea.i_init, 0)
+        ctx.set(eb.i_init, 0)
+        await ctx.tick().repeat(80)
+        ctx.set(ea.i_start, 1)
+        ctx.set(eb.i_start, 1)
+        await ctx.tick()
+        ctx.set(ea.i_start, 0)
+        ctx.set(eb.i_start, 0)
+        for _ in range(4000):
+            await ctx.tick()
+            if ctx.get(ea.o_done) and ctx.get(eb.o_done):
+                break
+        assert ctx.get(ea.o_done) and ctx.get(eb.o_done), "ping-pong did not finish"
+        ctx.set(ea.i_verify, 1)
+        ctx.set(eb.i_verify, 1)
+        await ctx.tick()
+        ctx.set(ea.i_verify, 0)
+        ctx.set(eb.i_verify, 0)
+        await ctx.tick().repeat(400)
+        got[a], got[b] = ctx.get(ea.o_checksum), ctx.get(eb.o_checksum)
+        assert ctx.get(ea.o_errors) == 0 and ctx.get(eb.o_errors) == 0
+
+    sim = Simulator(m)
+    sim.add_clock(1e-9)
+    sim.add_testbench(bench)
+    sim.run()
+    assert got == expected_checksums(CFG, pp), COMBINE_OPS[op]
+
+
+def test_a_second_ready_waits_behind_the_first():
+    """One partner's READY at a time: a second partner's READY is not taken."""
+    dut = MinionEngine(minion=1, flit_layout=LAYOUT)
+    seen = {}
+
+    async def bench(ctx):
+        for src in (7, 9):
+            ctx.set(dut.i_rsp.valid, 1)
+            ctx.set(dut.i_rsp.payload.kind, MsgKind.READY)
+            ctx.set(dut.i_rsp.payload.src, src)
+            await ctx.tick()
+            seen[src] = ctx.get(dut.i_rsp.ready)
+        seen["held"] = ctx.get(dut.o_ready_from)
+        seen["blocked"] = ctx.get(dut.o_blocked_ready)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-9)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen["held"] == (1 << 10 | 7)
+    assert seen[9] == 0 and seen["blocked"] == (1 << 10 | 9)
+
+
+def test_link_pipeline_delays_by_its_stages():
+    dut = LinkPipeline(flit_layout=LAYOUT, stages=3)
+    out = []
+
+    async def bench(ctx):
+        for t in range(8):
+            ctx.set(dut.i.valid, t == 1)
+            ctx.set(dut.i.flit.addr, 0x5A if t == 1 else 0)
+            await ctx.tick()
+            out.append((ctx.get(dut.o.valid), ctx.get(dut.o.flit.addr)))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-9)
+    sim.add_testbench(bench)
+    sim.run()
+    assert [t for t, (v, _) in enumerate(out) if v] == [3]
+    assert out[3][1] == 0x5A
+
+
+def test_tree_edges_of_a_neighbourhood():
+    edges = {(a, b) for a in range(8) for b in range(8) if a < b and tree_edge(a, b)}
+    assert edges == {(0, 1), (2, 3), (4, 5), (6, 7), (0, 2), (4, 6), (0, 4)}
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("placement", ((0, 0),) * 32, "placement must be distinct cells"),
+    ("placement", ((9, 0),) + ((0, 1),) * 31, "placement must be cells inside the 6x6 mesh"),
+    ("minions_per_neighbourhood", 3, "minions_per_neighbourhood must be one of 1, 2, 4, 8"),
+    ("router_hop_mesh_cycles", 1, "router_hop_mesh_cycles must be an integer from 2 to 16"),
+    ("mesh_cols", 0, "mesh_cols must be a positive integer"),
+])
+def test_bad_configuration_names_the_field(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        MeshConfig(**{field: value})
+
+
+def test_flat_placement_from_the_command_line():
+    flat = tuple(v for cell in CFG.placement for v in cell)
+    assert MeshConfig(placement=flat).placement == CFG.placement
+    assert len(CFG.non_compute_cells) == 4
+
+
+@pytest.mark.parametrize("latency", [0, 1, 2, 5, 30])
+def test_link_delay_holds_every_flit_for_its_latency(latency):
+    from hdl.common.credit import LinkDelay
+    dut = LinkDelay(flit_layout=LAYOUT, capacity=8)
+    sent, got = {}, {}
+
+    async def bench(ctx):
+        ctx.set(dut.i_latency, latency)
+        for t in range(latency + 40):
+            burst = t in (2, 3, 4, 9)
+            ctx.set(dut.i.valid, burst)
+            ctx.set(dut.i.flit.addr, t)
+            if ctx.get(dut.o.valid):
+                got[ctx.get(dut.o.flit.addr)] = t
+            await ctx.tick()
+            if burst:
+                sent[t] = t
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-9)
+    sim.add_testbench(bench)
+    sim.run()
+    assert sorted(got) == [2, 3, 4, 9]
+    assert all(got[t] - t == latency for t in got), got
+
+
+def test_config_default_placement_is_the_searched_one():
+    from sim.etsoc_placement import default_placement
+    assert CFG.placement == default_placement()
