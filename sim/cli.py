@@ -223,7 +223,7 @@ def _cmd_run(args):
                                 test_dir=Path(args.build) / "runs" / args.sim / f"{fabric}.{name}")
         try:
             data = fab.module.analyse(cfg, exp, runs, result["runs"], args.sim)
-        except fab.module.ExperimentError as error:
+        except (fab.module.ExperimentError, ValueError) as error:
             console.log(f"[red]{fabric}.{name} failed:[/red] {error}")
             failed = True
             continue

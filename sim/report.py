@@ -6,7 +6,9 @@ Exactly Do I Mean by Bandwidth?" section) and a table of rows comparing model
 quantities with the published numbers they reproduce. This module reads all of
 them, checks their shape, and writes ``results/report.md`` with one section per
 experiment and a plot in the style of the seed's worked example: elapsed cycles
-against payload with the fit overlaid, and the residual cycles below.
+against payload with the fit overlaid, and the residual cycles below (or,
+for a series indexed by mesh hops, round trip against hops), plus a heat map
+of the mesh placement where an experiment provides one.
 
 A row passes when it has no tolerance (a model-only quantity) or when
 ``|error_pct| <= tolerance_pct``.
@@ -328,6 +330,8 @@ def _load_hop_series(ctx: _Context, name: str, raw_points: list[Any], raw_fit: A
         fit_obj = ctx.obj(raw_fit, fwhere)
         hop_fit = (float(ctx.number(fit_obj, "alpha_cycles", fwhere)),
                    float(ctx.number(fit_obj, "beta_cycles_per_hop", fwhere)))
+    if hop_fit is not None and not hop_values:
+        raise ctx.error(where, "has a fit but no points")
     return ResultSeries(name=name, payload_bytes=(), cycles=tuple(cycles), fit=None,
                         hops=tuple(hop_values), hop_fit=hop_fit)
 
@@ -402,9 +406,24 @@ def _load_experiment(path: Path) -> ExperimentResult:
         hm = ctx.obj(heatmap, "heatmap")
         for key in ("from_shire", "cols", "rows"):
             ctx.number(hm, key, "heatmap")
-        for i, cell in enumerate(ctx.array(hm, "cells", "heatmap")):
-            for key in ("x", "y", "shire", "cycles"):
-                ctx.number(ctx.obj(cell, f"heatmap.cells[{i}]"), key, f"heatmap.cells[{i}]")
+        cols, rows_ = int(ctx.number(hm, "cols", "heatmap")), int(ctx.number(hm, "rows", "heatmap"))
+        cells = [ctx.obj(c, f"heatmap.cells[{i}]") for i, c in enumerate(ctx.array(hm, "cells", "heatmap"))]
+        spots = [(c, f"heatmap.cells[{i}]") for i, c in enumerate(cells)]
+        for key in ("non_compute", "source_cell"):
+            if key in hm:
+                raw = hm[key] if key == "non_compute" else [hm[key]]
+                if not isinstance(raw, list):
+                    raise ctx.error("heatmap", f"key '{key}' must be a list of [x, y] cells")
+                for j, xy in enumerate(raw):
+                    if not (isinstance(xy, list) and len(xy) == 2):
+                        raise ctx.error("heatmap", f"key '{key}' must hold [x, y] cells, not {xy!r}")
+                    spots.append(({"x": xy[0], "y": xy[1]}, f"heatmap.{key}[{j}]"))
+        for cell, where in spots:
+            for key in ("x", "y") + (("shire", "cycles") if "shire" in cell or where.startswith("heatmap.cells") else ()):
+                ctx.number(cell, key, where)
+            if not (0 <= cell["x"] < cols and 0 <= cell["y"] < rows_):
+                raise ctx.error(where, f"cell ({cell['x']}, {cell['y']}) must lie inside the "
+                                       f"{cols}x{rows_} grid")
         heatmap = dict(hm)
 
     return ExperimentResult(
@@ -491,6 +510,11 @@ def _target_text(row: ResultRow) -> str:
 def _cell(text: str) -> str:
     # A literal pipe or newline would split or end the markdown table row.
     return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _short(text: str, limit: int = 60) -> str:
+    """``text``, or a pointer to the JSON file when it is too long for a line."""
+    return text if len(text) <= limit else "(in the JSON file)"
 
 
 def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -640,7 +664,7 @@ def _experiment_section(result: ExperimentResult, results_dir: Path) -> list[str
     lines.append(f"`{result.fabric}/{result.path.name}` · simulator: {result.simulator}")
     lines.append("")
     if result.config:
-        config = ", ".join(f"`{k}={json.dumps(v)}`" for k, v in result.config.items())
+        config = ", ".join(f"`{k}={_short(json.dumps(v))}`" for k, v in result.config.items())
         lines += [f"Configuration: {config}", ""]
 
     if result.rows:

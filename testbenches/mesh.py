@@ -1,9 +1,10 @@
 """cocotb testbench of the ET-SoC-1 mesh (top level ``etsoc_mesh``).
 
-Drives the minion clock (600 MHz) and the mesh clock (400 MHz) from cocotb.
-The simulator's 1 ps resolution cannot hold 1/600 MHz exactly, so the minion
-clock runs at 1.667 ns: the two clocks then slide 1 ps past each other every
-5 ns, sweeping their phase as independent clocks do.  Cycle counts are
+Drives the minion clock (600 MHz) and the mesh clock (400 MHz) from cocotb,
+with the periods the plan gives (``minion_mhz``, ``mesh_mhz``), rounded to
+the simulator's 1 ps.  1/600 MHz rounds to 1.667 ns: the two clocks then
+slide 1 ps past each other every 5 ns, sweeping their phase as independent
+clocks do.  Cycle counts are
 minion cycles from the RTL's counters; nanoseconds use the nominal 600 MHz.
 
 For every run of the plan: write the engines' registers, fill the register
@@ -23,8 +24,9 @@ MESH_PERIOD_PS = 2500
 async def run_plan(dut):
     """Drive every run of the plan and record the counters each names."""
     plan = load_plan()
+    clocks = plan.get("clock_ps", {"clk": MINION_PERIOD_PS, "mesh_clk": MESH_PERIOD_PS})
     tb = RegisterTB(dut, plan["counter_names"],
-                    clocks=(("clk", MINION_PERIOD_PS), ("mesh_clk", MESH_PERIOD_PS)))
+                    clocks=(("clk", clocks["clk"]), ("mesh_clk", clocks["mesh_clk"])))
     await tb.start()
     results = []
     for index, run in enumerate(plan["runs"]):

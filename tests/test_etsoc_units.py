@@ -135,7 +135,7 @@ def test_tree_edges_of_a_neighbourhood():
     ("placement", ((9, 0),) + ((0, 1),) * 31, "placement must be cells inside the 6x6 mesh"),
     ("minions_per_neighbourhood", 3, "minions_per_neighbourhood must be one of 1, 2, 4, 8"),
     ("router_hop_mesh_cycles", 1, "router_hop_mesh_cycles must be an integer from 2 to 16"),
-    ("mesh_cols", 0, "mesh_cols must be a positive integer"),
+    ("mesh_cols", 0, "mesh_cols must be an integer from 1 to 16"),
 ])
 def test_bad_configuration_names_the_field(field, value, message):
     with pytest.raises(ValueError, match=message):

@@ -42,6 +42,9 @@ class LinkCdc(wiring.Component):
         Input link, clocked by ``i_domain``.
     o : Out(CreditLink(flit_layout, n_vc))
         Output link, clocked by ``o_domain``.
+    o_overflow : Out(1)
+        Sticky, ``i_domain``: a flit arrived with its input buffer full (the
+        upstream sender broke the credit protocol).
     """
 
     def __init__(self, *, flit_layout, depth, out_credits, i_domain, o_domain, n_vc=2):
@@ -51,7 +54,7 @@ class LinkCdc(wiring.Component):
         self.i_domain, self.o_domain = i_domain, o_domain
         self.n_vc = n_vc
         link = CreditLink(flit_layout, n_vc)
-        super().__init__({"i": In(link), "o": Out(link)})
+        super().__init__({"i": In(link), "o": Out(link), "o_overflow": Out(1)})
 
     def elaborate(self, platform):
         m = Module()
@@ -61,6 +64,7 @@ class LinkCdc(wiring.Component):
             StreamToLink(flit_layout=self.flit_layout, credits=self.out_credits,
                          n_vc=self.n_vc, registered=False))
         wiring.connect(m, wiring.flipped(self.i), buffer.i)
+        m.d.comb += self.o_overflow.eq(buffer.o_overflow)
         wiring.connect(m, send.o, wiring.flipped(self.o))
         for v in range(self.n_vc):
             cross = fifo.AsyncFIFO(width=self.flit_layout.size, depth=self.depth,

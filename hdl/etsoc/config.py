@@ -76,8 +76,8 @@ class MeshConfig(ConfigBase):
                                "(sim/etsoc_placement.py)")
     router_hop_mesh_cycles: int = _hw(4, f"{SEED}: 'What the numbers say' 2: '4 mesh cycles "
                                          "each way at 400 MHz'")
-    minion_mhz: float = _run(600.0, f"{SEED}: 'minion clock 600 MHz'")
-    mesh_mhz: float = _run(400.0, f"{SEED}: 'mesh clock 400 MHz'")
+    minion_mhz: float = _run(600.0, f"{SEED}: 'minion clock 600 MHz' (the testbench's clock)")
+    mesh_mhz: float = _run(400.0, f"{SEED}: 'mesh clock 400 MHz' (the testbench's clock)")
 
     # --- shire (seed 002, "Inside a shire, only the tree edges are fast") ------
     neighbourhoods: int = _hw(4, f"{SEED}: 32 minions per shire in neighbourhoods of eight")
@@ -90,12 +90,12 @@ class MeshConfig(ConfigBase):
     engine_send_cycles: int = _run(10, f"{SEED}: TensorSend issue to first flit (not disclosed)")
     engine_recv_cycles: int = _run(9, f"{SEED}: last flit to TensorRecv completion "
                                       "(not disclosed)")
-    tree_edge_cycles: int = _run(4, f"{SEED}: fast network stage ('68 cycles on a "
-                                   "reduction-tree edge' round trip)")
+    tree_edge_cycles: int = _run(4, f"{SEED}: neighbourhood-to-minion stage, on every "
+                                   "arrival ('68 cycles on a reduction-tree edge' round trip)")
     crossbar_cycles: int = _run(19, f"{SEED}: shire crossbar stage ('114 anywhere else in "
                                    "the shire' round trip)")
-    mesh_port_cycles: int = _run(0, f"{SEED}: shire-to-mesh stage ('150 + 12 per hop "
-                                   "between shires' round trip)")
+    mesh_port_cycles: int = _run(0, f"{SEED}: shire-to-mesh stage, each way at both ends "
+                                   "('150 + 12 per hop between shires' round trip)")
     link_buffer_flits: int = _hw(8, "credits per VC on every link (not in the seed)")
     watchdog_cycles: int = _hw(20000, "no engine progress for this many cycles ends a run")
 
@@ -109,27 +109,40 @@ class MeshConfig(ConfigBase):
             ok = isinstance(v, int) and not isinstance(v, bool) and v >= 1 and (hi is None or v <= hi)
             need(name, ok, "a positive integer" if hi is None else f"an integer from 1 to {hi}")
 
-        for name in ("mesh_cols", "mesh_rows", "neighbourhoods", "minions_per_neighbourhood",
-                     "registers", "link_buffer_flits", "watchdog_cycles"):
-            posint(name)
+        def exact(name, allowed):
+            v = getattr(self, name)
+            need(name, isinstance(v, int) and not isinstance(v, bool) and v in allowed,
+                 "one of " + ", ".join(map(str, allowed)))
+
+        posint("mesh_cols", 16)
+        posint("mesh_rows", 16)
+        need("mesh_cols", self.mesh_cols * self.mesh_rows >= 32,
+             f"large enough with mesh_rows ({self.mesh_rows}) to hold the 32 compute shires")
+        posint("link_buffer_flits", 64)
+        posint("watchdog_cycles", 1 << 30)
         for name in ("engine_send_cycles", "engine_recv_cycles", "tree_edge_cycles",
                      "crossbar_cycles", "mesh_port_cycles"):
             v = getattr(self, name)
-            need(name, isinstance(v, int) and 0 <= v <= 255, "an integer from 0 to 255")
-        need("router_hop_mesh_cycles", isinstance(self.router_hop_mesh_cycles, int)
-             and 2 <= self.router_hop_mesh_cycles <= 16,
-             "an integer from 2 to 16 (a router hop has at least its output register and "
-             "the next input buffer)")
-        need("minions_per_neighbourhood", self.minions_per_neighbourhood in (1, 2, 4, 8),
-             "one of 1, 2, 4, 8")
-        need("neighbourhoods", self.neighbourhoods in (1, 2, 4), "one of 1, 2, 4")
-        need("registers", self.registers == 32, "32 (f0-f31)")
-        need("register_bytes", self.register_bytes == 32, "32")
-        need("flit_bytes", self.flit_bytes in (8, 16, 32), "one of 8, 16, 32")
+            need(name, isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 255,
+                 "an integer from 0 to 255")
+        v = self.router_hop_mesh_cycles
+        need("router_hop_mesh_cycles", isinstance(v, int) and not isinstance(v, bool)
+             and 2 <= v <= 16, "an integer from 2 to 16 (a router hop has at least its "
+             "output register and the next input buffer)")
+        exact("minions_per_neighbourhood", (1, 2, 4, 8))
+        exact("neighbourhoods", (1, 2, 4))
+        exact("registers", (32,))
+        exact("register_bytes", (32,))
+        exact("flit_bytes", (8, 16, 32))
         for name in ("minion_mhz", "mesh_mhz"):
             v = getattr(self, name)
-            need(name, isinstance(v, (int, float)) and 10 <= v <= 5000, "a clock in MHz from 10 to 5000")
-        placement = tuple(self.placement)
+            need(name, isinstance(v, (int, float)) and not isinstance(v, bool)
+                 and 10 <= v <= 5000, "a clock in MHz from 10 to 5000")
+        try:
+            placement = tuple(self.placement)
+        except TypeError:
+            placement = None
+        need("placement", placement is not None, "a sequence of (x, y) cells")
         if placement and all(isinstance(v, int) for v in placement):
             # --set placement=x0,y0,x1,y1,...: a flat list of coordinates
             need("placement", len(placement) % 2 == 0, "pairs of x, y coordinates")
@@ -139,14 +152,13 @@ class MeshConfig(ConfigBase):
         placement = tuple(tuple(c) for c in placement) or DEFAULT_PLACEMENT
         object.__setattr__(self, "placement", placement)
         need("placement", len(placement) == 32, "32 (x, y) cells, one per compute shire")
-        need("placement", all(len(c) == 2 and all(isinstance(v, int) for v in c)
+        need("placement", all(len(c) == 2 and all(isinstance(v, int) and not isinstance(v, bool)
+                                                  for v in c)
                               and 0 <= c[0] < self.mesh_cols and 0 <= c[1] < self.mesh_rows
                               for c in placement),
-             f"cells inside the {self.mesh_cols}x{self.mesh_rows} mesh")
+             f"cells inside the {self.mesh_cols}x{self.mesh_rows} mesh (mesh_cols x mesh_rows)")
         need("placement", len(set(placement)) == len(placement),
              "distinct cells (one shire per cell)")
-        need("mesh_cols", self.mesh_cols * self.mesh_rows >= 32,
-             "large enough with mesh_rows to hold the 32 compute shires")
 
     # --- derived ----------------------------------------------------------
     @property

@@ -54,9 +54,11 @@ class EngineReg(enum.IntEnum):
     RX_PEER = 1   #: global minion index messages come from (10 bits)
     TX_COUNT = 2  #: messages to send (16 bits)
     RX_COUNT = 3  #: messages to receive (16 bits)
-    NREGS = 4     #: registers per message sent, 1 to 127
+    NREGS = 4     #: registers per message sent, 1 to 127 (0 counts as 1)
     OP = 5        #: combine op of messages sent: 0 copy, 1 add, 2 max, 3 min
     COUPLE = 6    #: :class:`Couple`
+    TX_PEER2 = 7  #: ``{enable, minion[9:0]}``: odd-numbered messages go here instead
+    RX_PEER2 = 8  #: ``{enable, minion[9:0]}``: odd-numbered messages come from here
 
 
 def register_word(minion, word, flit_bytes=16):
@@ -156,7 +158,9 @@ class MinionEngine(wiring.Component):
     o_checksum : Out(32)
         See :func:`checksum`.
     o_errors : Out(16)
-        Data flits that arrived outside a receive (protocol errors).
+        Flits from a minion other than the current receive's partner, while
+        running (protocol errors; consumed, never written).  A partner's flit
+        that arrives before its receive is posted waits instead.
     o_ready_from : Out(11)
         ``{valid, source[9:0]}`` of the READY held (for stuck reports).
     o_blocked_ready : Out(11)
@@ -191,8 +195,10 @@ class MinionEngine(wiring.Component):
         lanes = width // LANE_BITS
 
         # --- run-time registers -------------------------------------------
-        tx_peer = Signal(10)
-        rx_peer = Signal(10)
+        tx_peer1 = Signal(10)
+        rx_peer1 = Signal(10)
+        tx_peer2 = Signal(11)
+        rx_peer2 = Signal(11)
         tx_count = Signal(16)
         rx_count = Signal(16)
         nregs = Signal(7, init=1)
@@ -200,7 +206,8 @@ class MinionEngine(wiring.Component):
         couple = Signal(2)
         with m.If(self.i_we):
             with m.Switch(self.i_reg):
-                for reg, sig in ((EngineReg.TX_PEER, tx_peer), (EngineReg.RX_PEER, rx_peer),
+                for reg, sig in ((EngineReg.TX_PEER, tx_peer1), (EngineReg.RX_PEER, rx_peer1),
+                                 (EngineReg.TX_PEER2, tx_peer2), (EngineReg.RX_PEER2, rx_peer2),
                                  (EngineReg.TX_COUNT, tx_count), (EngineReg.RX_COUNT, rx_count),
                                  (EngineReg.NREGS, nregs), (EngineReg.OP, op),
                                  (EngineReg.COUPLE, couple)):
@@ -215,6 +222,12 @@ class MinionEngine(wiring.Component):
         running = Signal()
         tx_sent = Signal(16)
         rx_done = Signal(16)
+        # A second partner per direction takes the odd-numbered messages (a
+        # cell of a 2D array sending east and south, receiving west and north).
+        tx_peer = Signal(10)
+        rx_peer = Signal(10)
+        m.d.comb += [tx_peer.eq(Mux(tx_peer2[10] & tx_sent[0], tx_peer2[:10], tx_peer1)),
+                     rx_peer.eq(Mux(rx_peer2[10] & rx_done[0], rx_peer2[:10], rx_peer1))]
         m.d.comb += [self.o_tx_msgs.eq(tx_sent), self.o_rx_msgs.eq(rx_done)]
 
         # --- fill ---------------------------------------------------------
@@ -257,15 +270,17 @@ class MinionEngine(wiring.Component):
         s1_valid = Signal()
         s1 = Signal(layout)
         s1_head = Signal()
+        nregs_sent = Signal(7)
+        m.d.comb += nregs_sent.eq(Mux(nregs == 0, 1, nregs))
         head_word = Signal(width)
-        m.d.comb += head_word.eq(Cat(nregs, op))
+        m.d.comb += head_word.eq(Cat(nregs_sent, op))
         pushed = Signal(layout)
         m.d.comb += [pushed.eq(s1), pushed.data.eq(Mux(s1_head, head_word, rd_tx.data)),
                      out.w_en.eq(s1_valid), out.w_data.eq(pushed)]
         room = out.level + s1_valid < out.depth
 
         total_flits = Signal(8 + 2)
-        m.d.comb += total_flits.eq(nregs * self.fpr)
+        m.d.comb += total_flits.eq(nregs_sent * self.fpr)
         tx_index = Signal(10)
         tx_word = Signal(wbits)
         send_wait = Signal(8)

@@ -61,8 +61,9 @@ class Port(enum.IntEnum):
 
 def make_flit_layout(cfg):
     """Flit layout of the mesh: ``flit_bytes`` of data, 10-bit global minion
-    indices in ``src``/``dst``, an 8-bit flit index (a message has at most
-    127 x 2 flits) in ``addr``."""
+    indices in ``src``/``dst``, and in ``addr`` the flit's index in its message
+    modulo 256 (the receiver uses only its low bits, the word in the register
+    file)."""
     return flit_layout(data_bits=cfg.flit_bytes * 8, addr_bits=8, node_bits=10,
                        route_bits=1, mask_bits=1)
 
@@ -105,13 +106,14 @@ class MeshRouter(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
-        xs = Array(Const(c[0], 3) for c in cfg.placement)
-        ys = Array(Const(c[1], 3) for c in cfg.placement)
+        coord = range(max(cfg.mesh_cols, cfg.mesh_rows))
+        xs = Array(Const(c[0], coord) for c in cfg.placement)
+        ys = Array(Const(c[1], coord) for c in cfg.placement)
 
         def route(m, flit, i):
             shire = flit.dst[5:10]
             tx, ty = xs[shire], ys[shire]
-            out = Signal(3, name=f"route_{i}")
+            out = Signal(Port, name=f"route_{i}")
             with m.If(tx > self.x):
                 m.d.comb += out.eq(Port.EAST)
             with m.Elif(tx < self.x):
@@ -160,8 +162,9 @@ def counter_names(cfg):
 
 
 class EtSocMesh(wiring.Component):
-    """The 6x6 mesh with 32 shires.  Clocks: ``clk`` (minion, 600 MHz) and
-    ``mesh_clk`` (mesh, 400 MHz), each with its reset.
+    """The mesh (6x6 by default) with its 32 shires.  Clocks: ``clk`` (minion,
+    600 MHz) and ``mesh_clk`` (mesh, 400 MHz), each with its reset; assert both
+    resets together.
 
     Parameters
     ----------
@@ -255,7 +258,7 @@ class EtSocMesh(wiring.Component):
             down_pipe = LinkDelay(flit_layout=layout, capacity=2 * depth)
             m.d.comb += [up_pipe.i_latency.eq(latency[MeshReg.PORT_CYCLES]),
                          down_pipe.i_latency.eq(latency[MeshReg.PORT_CYCLES])]
-            overflow += [up_pipe.o_overflow, down_pipe.o_overflow]
+            overflow += [up_pipe.o_overflow, down_pipe.o_overflow, up.o_overflow, down.o_overflow]
             m.submodules[f"port{s}_up_pipe"] = up_pipe
             m.submodules[f"port{s}_up"] = up
             m.submodules[f"port{s}_down"] = down

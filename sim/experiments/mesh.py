@@ -72,6 +72,43 @@ class OneWay(_Exchange):
 
 
 @dataclass(frozen=True)
+class Cell:
+    """One minion's part in a :class:`Cells` layout: messages go to ``tx``
+    (alternating over the partners listed, at most two) and come from ``rx``;
+    ``couple`` is a :class:`~hdl.etsoc.engine.Couple`."""
+
+    minion: int
+    tx: tuple = ()
+    rx: tuple = ()
+    couple: int = Couple.NONE
+
+
+@dataclass(frozen=True)
+class Cells:
+    """A layout of several minions, each sending ``exchanges`` messages to
+    every partner in ``tx`` and receiving as many from every partner in
+    ``rx`` (seed 002, "A trap: one ready flag per minion").
+
+    ``order`` gives the message deliveries ``(sender, receiver)`` of one round
+    in the order the layout's couplings force, for the register-data
+    reference model; empty when the layout is expected to hang."""
+
+    cells: tuple
+    exchanges: int = EXCHANGES
+    order: tuple = ()
+    nregs: int = 1
+    op: int = 0
+
+    @property
+    def a(self):
+        return self.cells[0].minion
+
+    @property
+    def b(self):
+        return self.cells[-1].minion
+
+
+@dataclass(frozen=True)
 class Experiment:
     """One experiment: its runs and how to read them.
 
@@ -80,8 +117,10 @@ class Experiment:
 
     name: str
     title: str
-    runs: object        # callable(cfg) -> list of (label, PingPong, meta)
-    rows: object        # callable(cfg, measured) -> (series, rows, extra)
+    #: callable(cfg) yielding ``(label, program or list of programs, meta dict or list)``
+    runs: object
+    #: callable(cfg, runs, results) returning ``(series, rows, extra JSON keys)``
+    rows: object
     build: tuple = ()
     notes: tuple = ()
 
@@ -104,9 +143,16 @@ def _deliver(cfg, sender, receiver, nregs, op):
 
 
 def expected_checksums(cfg, pp):
-    """Reference model of a :class:`PingPong` or :class:`OneWay`: the checksums
-    both register files must end with (messages arrive in order, and a
-    ping-pong alternates)."""
+    """Reference model of a :class:`PingPong`, :class:`OneWay` or :class:`Cells`:
+    ``{minion: checksum}`` every register file taking part must end with
+    (messages arrive in order, a ping-pong alternates, a layout follows its
+    ``order``; a layout without one is expected to hang and has none)."""
+    if isinstance(pp, Cells):
+        regs = {c.minion: _regs(c.minion, cfg) for c in pp.cells}
+        for _ in range(pp.exchanges):
+            for sender, receiver in pp.order:
+                _deliver(cfg, regs[sender], regs[receiver], pp.nregs, pp.op)
+        return {g: checksum(r, cfg.flit_bytes) for g, r in regs.items()} if pp.order else {}
     ra, rb = _regs(pp.a, cfg), _regs(pp.b, cfg)
     for _ in range(pp.exchanges):
         _deliver(cfg, ra, rb, pp.nregs, pp.op)
@@ -118,8 +164,8 @@ def expected_checksums(cfg, pp):
 def build_run(cfg, label, programs, dirty=None, meta=None):
     """Register writes of one run, the counters to read and the checksums expected.
 
-    ``programs`` is a :class:`PingPong` or :class:`OneWay`, or a list of them
-    running at the same time on distinct minions; ``meta`` (a dict, or a list
+    ``programs`` is a :class:`PingPong`, :class:`OneWay` or :class:`Cells`, or
+    a list of them running at the same time on distinct minions; ``meta`` (a dict, or a list
     with one dict per program) is kept with each program for analysis.
     ``dirty`` is the set of minions programmed by the previous run (cleared
     here, then set to this run's).
@@ -130,12 +176,22 @@ def build_run(cfg, label, programs, dirty=None, meta=None):
         If a minion is not built or used twice, or ``nregs`` or ``op`` is out
         of range; the message names the field and the allowed values.
     """
-    if isinstance(programs, _Exchange):
+    if isinstance(programs, (_Exchange, Cells)):
         programs, meta = [programs], [meta or {}]
     meta = meta if isinstance(meta, list) else [meta or {}] * len(programs)
+    if len(meta) != len(programs):
+        raise ValueError(f"meta must have one entry per program ({len(programs)}), "
+                         f"not {len(meta)}")
     dirty = set() if dirty is None else dirty
-    used = [g for pp in programs for g in (pp.a, pp.b)]
-    for gid in used:
+    used = [g for pp in programs
+            for g in ([c.minion for c in pp.cells] if isinstance(pp, Cells) else (pp.a, pp.b))]
+    partners = [g for pp in programs if isinstance(pp, Cells) for c in pp.cells
+                for g in c.tx + c.rx]
+    for gid in used + partners:
+        if not isinstance(gid, int) or isinstance(gid, bool):
+            raise ValueError(f"minion must be a global minion index (shire << 5 | minion), "
+                             f"not {gid!r}")
+    for gid in used + partners:
         shire, minion = gid >> 5, gid & 31
         if not (0 <= shire < 32 and 0 <= minion < cfg.minions_per_shire):
             raise ValueError(f"minion must be in a built shire position (minion < "
@@ -145,7 +201,8 @@ def build_run(cfg, label, programs, dirty=None, meta=None):
     for pp in programs:
         if not (isinstance(pp.nregs, int) and 1 <= pp.nregs <= 127):
             raise ValueError(f"nregs must be an integer from 1 to 127, not {pp.nregs!r}")
-        if pp.op not in range(len(COMBINE_OPS)):
+        if not isinstance(pp.op, int) or isinstance(pp.op, bool) \
+                or pp.op not in range(len(COMBINE_OPS)):
             raise ValueError(f"op must be one of {', '.join(COMBINE_OPS)}, not {pp.op!r}")
         if not (isinstance(pp.exchanges, int) and 2 <= pp.exchanges <= 65535):
             raise ValueError(f"exchanges must be an integer from 2 to 65535, "
@@ -157,17 +214,33 @@ def build_run(cfg, label, programs, dirty=None, meta=None):
     for pp in programs:
         n = pp.exchanges
         if isinstance(pp, PingPong):
-            roles = ((pp.a, pp.b, Couple.PING, n, n), (pp.b, pp.a, Couple.PONG, n, n))
+            roles = ((pp.a, (pp.b,), (pp.b,), Couple.PING, n, n),
+                     (pp.b, (pp.a,), (pp.a,), Couple.PONG, n, n))
+        elif isinstance(pp, OneWay):
+            roles = ((pp.a, (pp.b,), (pp.b,), Couple.NONE, n, 0),
+                     (pp.b, (pp.a,), (pp.a,), Couple.NONE, 0, n))
         else:
-            roles = ((pp.a, pp.b, Couple.NONE, n, 0), (pp.b, pp.a, Couple.NONE, 0, n))
-        for me, peer, couple, tx, rx in roles:
-            for reg, value in ((EngineReg.TX_PEER, peer), (EngineReg.RX_PEER, peer),
+            roles = tuple((c.minion, c.tx, c.rx, c.couple, n * len(c.tx), n * len(c.rx))
+                          for c in pp.cells)
+        for me, txs, rxs, couple, tx, rx in roles:
+            second = {EngineReg.TX_PEER2: txs[1:], EngineReg.RX_PEER2: rxs[1:]}
+            for reg, value in ((EngineReg.TX_PEER, (txs or (0,))[0]),
+                               (EngineReg.RX_PEER, (rxs or (0,))[0]),
+                               (EngineReg.TX_PEER2, 1 << 10 | second[EngineReg.TX_PEER2][0]
+                                if second[EngineReg.TX_PEER2] else 0),
+                               (EngineReg.RX_PEER2, 1 << 10 | second[EngineReg.RX_PEER2][0]
+                                if second[EngineReg.RX_PEER2] else 0),
                                (EngineReg.TX_COUNT, tx), (EngineReg.RX_COUNT, rx),
                                (EngineReg.NREGS, pp.nregs), (EngineReg.OP, pp.op),
                                (EngineReg.COUPLE, couple)):
                 writes.append((me << 4 | reg, int(value)))
             counts[f"{minion_name(me)}.tx_msgs"] = tx
             counts[f"{minion_name(me)}.rx_msgs"] = rx
+            if len(txs) > 2 or len(rxs) > 2:
+                raise ValueError(f"tx and rx must name at most two partners, not {txs}, {rxs}")
+            if max(tx, rx) > 0xFFFF:
+                raise ValueError(f"exchanges must keep each minion's message count under "
+                                 f"65536, not {max(tx, rx)} for {minion_name(me)}")
         expect.update({f"{minion_name(g)}.checksum": v
                        for g, v in expected_checksums(cfg, pp).items()})
     dirty.clear()
@@ -185,6 +258,7 @@ def build_run(cfg, label, programs, dirty=None, meta=None):
         "expect": expect,
         "exchanges": max(pp.exchanges for pp in programs),
         "counts": counts,
+        "expect_stuck": any(m.get("expect_stuck") for m in meta),
     }
 
 
@@ -206,6 +280,7 @@ def plan(cfg, runs):
     """The JSON plan handed to ``testbenches.mesh``."""
     longest = max((r["exchanges"] for r in runs), default=1)
     return {"counter_names": counter_names(cfg), "runs": runs,
+            "clock_ps": {"clk": round(1e6 / cfg.minion_mhz), "mesh_clk": round(1e6 / cfg.mesh_mhz)},
             "init_cycles": 4 * cfg.registers * cfg.flits_per_register * 8 + 1000,
             "run_cycles": 2 * cfg.watchdog_cycles + 2000 * longest}
 
@@ -342,7 +417,17 @@ def _pairs_rows(cfg, runs, measured):
 
 # --- three speeds ---------------------------------------------------------------
 
+def _need_two_neighbourhoods(cfg):
+    """Minions 0 and 1 share a tree edge and minion ``mpn`` sits in another
+    neighbourhood only with at least 2 minions in each of 2 neighbourhoods."""
+    for name in ("minions_per_neighbourhood", "neighbourhoods"):
+        if getattr(cfg, name) < 2:
+            raise ValueError(f"{name} must be at least 2 for the tree-edge and crossbar "
+                             f"paths, not {getattr(cfg, name)}")
+
+
 def _speeds_runs(cfg):
+    _need_two_neighbourhoods(cfg)
     mpn = cfg.minions_per_neighbourhood
     yield "tree edge: minion 0 - minion 1", PingPong(cfg.minion_id(0, 0),
                                                      cfg.minion_id(0, 1)), {"path": "tree_edge"}
@@ -396,9 +481,14 @@ def _size_paths(cfg):
     """
     mpn = cfg.minions_per_neighbourhood
 
+    _need_two_neighbourhoods(cfg)
+
     def at(distance):
-        return min(s for s in range(1, 32)
-                   if hops(cfg.placement[0], cfg.placement[s]) == distance)
+        found = [s for s in range(1, 32) if hops(cfg.placement[0], cfg.placement[s]) == distance]
+        if not found:
+            raise ValueError(f"placement must put a shire {distance} hops from shire 0 for the "
+                             "message-size paths")
+        return found[0]
     near, far = at(1), at(8)
     return (("tree_edge", cfg.minion_id(0, 0), cfg.minion_id(0, 1), 0),
             ("crossbar", cfg.minion_id(0, 0), cfg.minion_id(0, mpn), 0),
@@ -431,6 +521,69 @@ def _size_rows(cfg, runs, measured):
                  _ref_row(f"{path}{where}: cost per register", per_reg,
                           f"message_size.{path}.per_register")]
     return series, rows, {}
+
+
+# --- layouts: who may hold a READY ------------------------------------------------
+
+TRAP = ("002_ef78cf597185d0e6.txt, 'A trap: one ready flag per minion' and 'What it means "
+        "for systolic and wavefront designs': 'Over TensorSend a minion may have only one "
+        "partner's ready outstanding'")
+
+
+def _layout_runs(cfg):
+    """Four minions of shire 0 as a 2x2 array: m0 m1 / m2 m3, where m0-m1 and
+    m2-m3 are tree edges and the columns cross the shire crossbar (minions 0,
+    1 and the first two of the next neighbourhood)."""
+    _need_two_neighbourhoods(cfg)
+    mpn = cfg.minions_per_neighbourhood
+    m = [cfg.minion_id(0, k) for k in (0, 1, mpn, mpn + 1)]
+    ring = (m[0], m[1], m[3], m[2])
+    yield ("1D token ring m0 > m1 > m3 > m2 > m0",
+           Cells(tuple(Cell(ring[i], tx=(ring[(i + 1) % 4],), rx=(ring[i - 1],),
+                            couple=Couple.PING if i == 0 else Couple.PONG) for i in range(4)),
+                 order=tuple((ring[i], ring[(i + 1) % 4]) for i in range(4))),
+           {"layout": "ring"})
+    yield ("2D in alternating phases: west pass", [OneWay(m[0], m[1]), OneWay(m[2], m[3])],
+           [{"layout": "phases"}] * 2)
+    yield ("2D in alternating phases: north pass", [OneWay(m[0], m[2]), OneWay(m[1], m[3])],
+           [{"layout": "phases"}] * 2)
+    # Each cell sends south and east and receives from north and west at once:
+    # m0 takes readies from two partners.  It must stay the last run: a hang
+    # ends the plan.
+    yield ("naive 2D: m0 sends south and east, m3 receives north and west",
+           Cells((Cell(m[0], tx=(m[2], m[1])),
+                  Cell(m[1], tx=(m[3],), rx=(m[0],), couple=Couple.PONG),
+                  Cell(m[2], tx=(m[3],), rx=(m[0],), couple=Couple.PONG),
+                  Cell(m[3], rx=(m[1], m[2])))),
+           {"layout": "naive", "expect_stuck": True})
+
+
+def _layout_rows(cfg, runs, measured):
+    rows = []
+    done = {}
+    for run, got in zip(runs, measured):
+        layout = run["programs"][0]["layout"]
+        done.setdefault(layout, []).append(got["ended"] == "done")
+    for layout, what in (("ring", "1D token ring completes"),
+                         ("phases", "2D in alternating phases (two runs) completes")):
+        rows.append({"quantity": what, "model": float(all(done.get(layout, [False]))),
+                     "reference": None, "unit": "1 = yes", "minimum": 1.0,
+                     "target": "completes", "source": TRAP})
+    naive = next(((r, g) for r, g in zip(runs, measured)
+                  if r["programs"][0]["layout"] == "naive"), None)
+    holder = None
+    if naive is not None and naive[1]["ended"] == "stuck":
+        c = naive[1]["counters"]
+        for name in sorted({k.rsplit(".", 1)[0] for k in c if k.endswith(".ready_from")}):
+            held, waiting = c[f"{name}.ready_from"], c[f"{name}.blocked_ready"]
+            if held & 1 << 10 and waiting & 1 << 10:
+                holder = (f"{name} holds {minion_name(held & 0x3FF)}'s READY while "
+                          f"{minion_name(waiting & 0x3FF)}'s waits behind it")
+    rows.append({"quantity": "naive 2D hangs, the watchdog naming the minion with two "
+                             "partners' READYs" + (f" ({holder})" if holder else ""),
+                 "model": float(holder is not None), "reference": None, "unit": "1 = yes",
+                 "minimum": 1.0, "target": "hangs", "source": TRAP})
+    return [], rows, {}
 
 
 REDUCED = (("neighbourhoods", 2), ("minions_per_neighbourhood", 2))
@@ -469,6 +622,13 @@ EXPERIMENTS = {e.name: e for e in (
                       "cycle (2.0). The seed's 2.3 / 4.0 / 3.0 / 4.6 need a mesh path faster "
                       "than the in-shire crossbar and a window on packets in flight that grows "
                       "with distance, which the model does not have yet.")),
+    Experiment("layouts", "TensorSend layouts: which ones hang",
+               _layout_runs, _layout_rows, REDUCED,
+               notes=(_REDUCED_NOTE,
+                      "A 2x2 array of shire 0's minions. The alternating-phase 2D layout "
+                      "runs its west and north passes as two runs; the run boundary stands "
+                      "for the barrier between the phases. The hardware trees, the fourth "
+                      "safe layout, are not modelled yet.")),
 )}
 
 
@@ -486,10 +646,11 @@ def analyse(cfg, exp, runs, results, simulator):
             check_run(cfg, runs[len(results) - 1], last)
         raise ExperimentError(f"{exp.name}: {len(results)} of {len(runs)} runs came back")
     for run, got in zip(runs, results):
-        check_run(cfg, run, got)
+        if not run["expect_stuck"]:
+            check_run(cfg, run, got)
     series, rows, extra = exp.rows(cfg, runs, results)
-    config = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
-              if f.name != "placement"}
+    config = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+    config["placement"] = [list(c) for c in cfg.placement]
     out = {"fabric": FABRIC, "experiment": exp.name, "title": exp.title,
            "simulator": simulator, "config": config, "series": series, "rows": rows,
            "notes": list(exp.notes)}
