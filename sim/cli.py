@@ -34,7 +34,7 @@ class Fabric:
     """How to build and run one fabric: its configuration class, top-level
     component, Verilog module name, cocotb testbench module and experiments
     module (``EXPERIMENTS``, ``build_runs``, ``plan``, ``analyse``,
-    ``ExperimentError``, optionally ``build_config``)."""
+    ``ExperimentError``, optionally ``build_parts``)."""
 
     config: type
     top: object
@@ -194,48 +194,61 @@ def _cmd_run(args):
         cfg = parse_overrides(fab.config, sets[fabric])
         exp = fab.module.EXPERIMENTS[name]
         explicit = {item.partition("=")[0] for item in sets[fabric]}
-        if hasattr(fab.module, "build_config"):
-            try:
-                cfg = fab.module.build_config(cfg, exp, explicit)
-            except ValueError as error:
-                raise UsageError(str(error)) from None
         try:
-            runs = fab.module.build_runs(cfg, exp)
+            if hasattr(fab.module, "build_parts"):
+                parts = fab.module.build_parts(cfg, exp, explicit)
+            else:
+                parts = [(None, cfg)]
+            parts = [(part, pcfg, fab.module.build_runs(pcfg, exp, part) if part is not None
+                      else fab.module.build_runs(pcfg, exp)) for part, pcfg in parts]
         except ValueError as error:
             raise UsageError(str(error)) from None
-        jobs.append((fabric, name, fab, cfg, exp, runs))
+        jobs.append((fabric, name, fab, exp, parts))
     results_dir = Path(args.results)
     failed = False
     verilog_of = {}
-    for fabric, name, fab, cfg, exp, runs in jobs:
-        key = (fabric, repr(cfg.hardware()))
-        if key not in verilog_of:
-            t0 = time.monotonic()
-            with console.status(f"{fabric}: generating Verilog (cached per configuration)"):
-                verilog_of[key] = generate_verilog(fab.top, cfg.hardware(), fab.top_name,
-                                                   build_root=Path(args.build))
-            console.log(f"{fabric} Verilog: {verilog_of[key]} ({time.monotonic() - t0:.0f} s)")
-        verilog = verilog_of[key]
+    for fabric, name, fab, exp, parts in jobs:
         t1 = time.monotonic()
-        with console.status(f"{fabric}.{name}: {len(runs)} runs on {args.sim}"):
-            result = run_cocotb(verilog, fab.top_name, fab.testbench, sim=args.sim,
-                                waves=args.waves, plan=fab.module.plan(cfg, runs),
-                                test_dir=Path(args.build) / "runs" / args.sim / f"{fabric}.{name}")
+        got = {}
+        for part, cfg, runs in parts:
+            key = (fabric, repr(cfg.hardware()))
+            if key not in verilog_of:
+                t0 = time.monotonic()
+                with console.status(f"{fabric}: generating Verilog (cached per configuration)"):
+                    verilog_of[key] = generate_verilog(fab.top, cfg.hardware(), fab.top_name,
+                                                       build_root=Path(args.build))
+                console.log(f"{fabric} Verilog: {verilog_of[key]} ({time.monotonic() - t0:.0f} s)")
+            verilog = verilog_of[key]
+            label = f"{fabric}.{name}" + (f" ({part})" if part else "")
+            run_dir = f"{fabric}.{name}" + (f".{part}" if part else "")
+            with console.status(f"{label}: building the simulator if needed, then {len(runs)} "
+                                f"runs on {args.sim}"):
+                got[part] = run_cocotb(verilog, fab.top_name, fab.testbench, sim=args.sim,
+                                       waves=args.waves, plan=fab.module.plan(cfg, runs),
+                                       test_dir=Path(args.build) / "runs" / args.sim / run_dir)
+        n_runs = sum(len(runs) for _, _, runs in parts)
         try:
-            data = fab.module.analyse(cfg, exp, runs, result["runs"], args.sim)
+            if parts[0][0] is None:
+                _, cfg, runs = parts[0]
+                data = fab.module.analyse(cfg, exp, runs, got[None]["runs"], args.sim)
+            else:
+                data = fab.module.analyse({p: c for p, c, _ in parts}, exp,
+                                          {p: r for p, _, r in parts},
+                                          {p: got[p]["runs"] for p, _, _ in parts}, args.sim)
         except (fab.module.ExperimentError, ValueError) as error:
             console.log(f"[red]{fabric}.{name} failed:[/red] {error}")
             failed = True
             continue
-        if "waves" in result:
-            data["waves"] = str(result["waves"])
+        waves = [str(g["waves"]) for g in got.values() if "waves" in g]
+        if waves:
+            data["waves"] = waves[0] if len(waves) == 1 else waves
         out = results_dir / fabric / f"{name}.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(f".{out.name}.tmp")
         tmp.write_text(json.dumps(data, indent=1) + "\n")
         os.replace(tmp, out)
         met = sum(_met(r) for r in data["rows"])
-        console.log(f"{fabric}.{name}: {len(runs)} runs in {time.monotonic() - t1:.0f} s, "
+        console.log(f"{fabric}.{name}: {n_runs} runs in {time.monotonic() - t1:.0f} s, "
                     f"{met}/{len(data['rows'])} rows met -> {out}")
     return 1 if failed else 0
 

@@ -58,8 +58,9 @@ class ResultRow:
     -------
     quantity : str
         What is compared, e.g. ``"load B/cycle"``.
-    model : float
-        Value from the simulation, in ``unit``.
+    model : float or None
+        Value from the simulation, in ``unit``; None when the build the
+        experiment ran cannot measure it (the row then counts as not met).
     reference : float or None
         Published value in ``unit``; None for model-only quantities.
     unit : str
@@ -77,7 +78,7 @@ class ResultRow:
     """
 
     quantity: str
-    model: float
+    model: float | None
     reference: float | None
     unit: str
     source: str | None
@@ -97,6 +98,8 @@ class ResultRow:
             None when the row has neither a tolerance nor a bound, otherwise
             ``abs(error_pct) <= tolerance_pct`` and the bounds hold.
         """
+        if self.model is None:
+            return False
         checks = []
         if self.tolerance_pct is not None:
             # Loading guarantees error_pct is set whenever a tolerance is.
@@ -179,6 +182,10 @@ class ExperimentResult:
         Compared quantities, possibly empty.
     notes : tuple of str
         Free-text remarks.
+    chart : dict or None
+        ``{"title", "x_label", "y_label", "x_log2", "y_log", "lines": [{"name",
+        "points": [[x, y], ...]}]}``: measured points drawn as lines, for
+        experiments whose x axis is neither payload nor hops.
     """
 
     path: Path
@@ -191,11 +198,17 @@ class ExperimentResult:
     rows: tuple[ResultRow, ...]
     notes: tuple[str, ...] = field(default=())
     heatmap: dict[str, Any] | None = None
+    chart: dict[str, Any] | None = None
 
     @property
     def heatmap_path(self) -> Path:
         """Where the placement heat map is written."""
         return self.path.with_name(self.path.stem + "_heatmap.png")
+
+    @property
+    def chart_path(self) -> Path:
+        """Where the chart is written."""
+        return self.path.with_name(self.path.stem + "_chart.png")
 
     @property
     def rows_met(self) -> int:
@@ -264,17 +277,18 @@ class _Context:
 def _load_row(ctx: _Context, raw: Any, where: str) -> ResultRow:
     row = ctx.obj(raw, where)
     quantity = ctx.string(row, "quantity", where)
-    model = float(ctx.number(row, "model", where))
+    model = ctx.number(row, "model", where, optional=True)
+    model = None if model is None else float(model)
     unit = ctx.string(row, "unit", where)
     reference = ctx.number(row, "reference", where, optional=True)
     err = ctx.number(row, "error_pct", where, optional=True)
     tolerance = ctx.number(row, "tolerance_pct", where, optional=True)
-    if err is None and reference is not None and reference != 0:
+    if err is None and model is not None and reference is not None and reference != 0:
         err = error_pct(model, reference)
     if tolerance is not None:
         if tolerance < 0:
             raise ctx.error(where, f"key 'tolerance_pct' must be non-negative, not {tolerance!r}")
-        if err is None:
+        if err is None and model is not None:
             raise ctx.error(where, "has 'tolerance_pct' but neither 'error_pct' nor a non-zero 'reference'")
     return ResultRow(
         quantity=quantity,
@@ -426,8 +440,25 @@ def _load_experiment(path: Path) -> ExperimentResult:
                                        f"{cols}x{rows_} grid")
         heatmap = dict(hm)
 
+    chart = doc.get("chart")
+    if chart is not None:
+        ch = ctx.obj(chart, "chart")
+        for key in ("title", "x_label", "y_label"):
+            ctx.string(ch, key, "chart")
+        for i, raw_line in enumerate(ctx.array(ch, "lines", "chart")):
+            lwhere = f"chart.lines[{i}]"
+            line = ctx.obj(raw_line, lwhere)
+            ctx.string(line, "name", lwhere)
+            for j, xy in enumerate(ctx.array(line, "points", lwhere)):
+                if not (isinstance(xy, list) and len(xy) == 2 and all(
+                        isinstance(v, (int, float)) and not isinstance(v, bool)
+                        and math.isfinite(v) for v in xy)):
+                    raise ctx.error(f"{lwhere}.points[{j}]", f"must be [x, y] numbers, not {xy!r}")
+        chart = dict(ch)
+
     return ExperimentResult(
         heatmap=heatmap,
+        chart=chart,
         path=path,
         fabric=fabric,
         experiment=experiment,
@@ -592,6 +623,28 @@ def _render_heatmap(result: ExperimentResult) -> bytes:
     return _png(fig)
 
 
+def _render_chart(result: ExperimentResult) -> bytes:
+    """PNG of an experiment's ``chart``: one marked line per entry of ``lines``."""
+    chart = result.chart
+    assert chart is not None
+    fig = Figure(figsize=(7.0, 4.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    for line in chart["lines"]:
+        points = sorted(line["points"])
+        ax.plot([x for x, _ in points], [y for _, y in points], "o-", label=line["name"])
+    if chart.get("x_log2"):
+        ax.set_xscale("log", base=2)
+    if chart.get("y_log"):
+        ax.set_yscale("log")
+    ax.set_title(chart["title"])
+    ax.set_xlabel(chart["x_label"])
+    ax.set_ylabel(chart["y_label"])
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+    return _png(fig)
+
+
 def _rectangle(x: float, y: float, color: str) -> Any:
     from matplotlib.patches import Rectangle
     return Rectangle((x - 0.5, y - 0.5), 1, 1, color=color)
@@ -719,6 +772,9 @@ def _experiment_section(result: ExperimentResult, results_dir: Path) -> list[str
     if result.heatmap is not None:
         link = result.heatmap_path.relative_to(results_dir).as_posix()
         lines += [f"![{result.title}: placement heat map]({link})", ""]
+    if result.chart is not None:
+        link = result.chart_path.relative_to(results_dir).as_posix()
+        lines += [f"![{result.chart['title']}]({link})", ""]
     return lines
 
 
@@ -754,6 +810,7 @@ def write_report(results_dir: Path) -> Path:
     # leaves the old outputs in place.
     plots = {r.plot_path: _render_plot(r) for r in results if r.has_plot}
     plots.update({r.heatmap_path: _render_heatmap(r) for r in results if r.heatmap is not None})
+    plots.update({r.chart_path: _render_chart(r) for r in results if r.chart is not None})
 
     total_rows = sum(len(r.rows) for r in results)
     total_met = sum(r.rows_met for r in results)

@@ -177,3 +177,145 @@ def test_link_delay_holds_every_flit_for_its_latency(latency):
 def test_config_default_placement_is_the_searched_one():
     from sim.etsoc_placement import default_placement
     assert CFG.placement == default_placement()
+
+
+def _reduced(words, op):
+    from hdl.etsoc.engine import combine
+    out = words[0]
+    for w in words[1:]:
+        out = combine(op, out, w)
+    return out
+
+
+@pytest.mark.parametrize("levels,op,nregs", [(0b11, 1, 1), (0b100011, 2, 3), (0b1, 3, 40)])
+def test_tree_allreduce_leaves_every_minion_with_the_result(levels, op, nregs):
+    """A reduce up and broadcast down over a level mask, through a network that
+    interleaves the flits of different senders flit by flit."""
+    from hdl.etsoc.engine import checksum, flit_sum, register_word, tree_roles
+    members = [g for g in range(1024) if g & ~levels == 0]
+    m = Module()
+    engines = {}
+    for g in members:
+        engines[g] = e = MinionEngine(minion=g, flit_layout=LAYOUT)
+        m.submodules[f"e{g}"] = e
+    got = {}
+
+    async def bench(ctx):
+        for e in engines.values():
+            ctx.set(e.i_send_cycles, 2)
+            ctx.set(e.i_recv_cycles, 3)
+            await _write(ctx, e, {EngineReg.TREE: levels, EngineReg.NREGS: nregs,
+                                  EngineReg.OP: op})
+            ctx.set(e.i_init, 1)
+        await ctx.tick()
+        for e in engines.values():
+            ctx.set(e.i_init, 0)
+        await ctx.tick().repeat(80)
+        for e in engines.values():
+            ctx.set(e.i_start, 1)
+        await ctx.tick()
+        for e in engines.values():
+            ctx.set(e.i_start, 0)
+        queues = {g: {} for g in members}     # destination -> source -> flits
+        for turn in range(20000):
+            taken = []
+            for g, e in engines.items():
+                sources = [s for s, q in sorted(queues[g].items()) if q]
+                ctx.set(e.i_req.valid, bool(sources))
+                if sources:
+                    src = sources[turn % len(sources)]
+                    ctx.set(e.i_req.payload, queues[g][src][0])
+                    if ctx.get(e.i_req.ready):
+                        taken.append((g, src))
+            for g, src in taken:
+                queues[g][src].pop(0)
+            for g, e in engines.items():
+                ctx.set(e.o_req.ready, 1)
+                if ctx.get(e.o_req.valid):
+                    flit = ctx.get(e.o_req.payload)
+                    queues[flit.dst].setdefault(g, []).append(flit)
+            await ctx.tick()
+            if all(ctx.get(e.o_done) for e in engines.values()):
+                break
+        assert all(ctx.get(e.o_done) for e in engines.values()), "the tree did not finish"
+        for e in engines.values():
+            ctx.set(e.i_verify, 1)
+        await ctx.tick()
+        for e in engines.values():
+            ctx.set(e.i_verify, 0)
+        await ctx.tick().repeat(400)
+        for g, e in engines.items():
+            got[g] = (ctx.get(e.o_checksum), ctx.get(e.o_errors), ctx.get(e.o_rx_msgs),
+                      ctx.get(e.o_tx_msgs))
+
+    sim = Simulator(m)
+    sim.add_clock(1e-9)
+    sim.add_testbench(bench)
+    sim.run()
+    flits = nregs * CFG.flits_per_register
+    words = CFG.registers * CFG.flits_per_register
+    result = [_reduced([register_word(g, w % words) for g in members], op)
+              for w in range(min(flits, words))]
+    for g in members:
+        regs = [register_word(g, w) for w in range(words)]
+        regs[:len(result)] = result
+        parent, children = tree_roles(g, levels)
+        messages = len(children) + (parent is not None)
+        assert got[g] == (checksum(regs), 0, messages, messages), g
+
+
+@pytest.mark.parametrize("window", [0, 3])
+def test_mesh_port_window_delivers_every_flit(window):
+    """Two one-minion shires, 1 KB messages both ways, through the mesh ports'
+    window and ACKs, under Amaranth's simulator."""
+    from amaranth.sim import Simulator as Sim
+
+    from hdl.etsoc.mesh import EtSocMesh, counter_names
+    from sim.experiments import mesh as experiments
+
+    cfg = MeshConfig(compute_shires=2, mesh_cols=2, mesh_rows=1, placement=((0, 0), (1, 0)),
+                     neighbourhoods=1, minions_per_neighbourhood=1, send_window_flits=window,
+                     ack_flits=2, watchdog_cycles=3000)
+    dut = EtSocMesh(cfg)
+    a, b = cfg.minion_id(0, 0), cfg.minion_id(1, 0)
+    run = experiments.build_run(cfg, "stream", experiments.Flows(((a, b), (b, a)), nregs=32,
+                                                                 exchanges=3))
+    names = counter_names(cfg)
+    out = {}
+
+    async def mesh_clock(ctx):
+        while True:
+            ctx.set(dut.mesh_clk, 0)
+            await ctx.delay(1.25e-9)
+            ctx.set(dut.mesh_clk, 1)
+            await ctx.delay(1.25e-9)
+
+    async def bench(ctx):
+        for addr, value in run["writes"]:
+            ctx.set(dut.cfg_we, 1)
+            ctx.set(dut.cfg_addr, addr)
+            ctx.set(dut.cfg_data, value)
+            await ctx.tick()
+        ctx.set(dut.cfg_we, 0)
+        for pulse, wait in (("ctl_init", "init_done"), ("ctl_start", "done")):
+            ctx.set(getattr(dut, pulse), 1)
+            await ctx.tick()
+            ctx.set(getattr(dut, pulse), 0)
+            for _ in range(8000):
+                await ctx.tick()
+                if ctx.get(getattr(dut, wait)) or ctx.get(dut.stuck):
+                    break
+        for key in run["read"] + ["stuck", "overflow", "cycles"]:
+            ctx.set(dut.rd_addr, names.index(key))
+            await ctx.tick()
+            out[key] = ctx.get(dut.rd_data)
+
+    sim = Sim(dut)
+    sim.add_clock(1.667e-9)
+    sim.add_process(mesh_clock)
+    sim.add_testbench(bench)
+    sim.run()
+    assert out["stuck"] == 0 and out["overflow"] == 0, out
+    for rx, tx in run["sum_pairs"]:
+        assert out[rx] == out[tx] != 0
+    assert out["s0.m0.rx_msgs"] == out["s1.m0.rx_msgs"] == 3

@@ -268,3 +268,34 @@ def test_unknown_series_axis_names_the_key(tmp_path):
     (tmp_path / "mesh" / "round_trip.json").write_text(json.dumps(doc))
     with pytest.raises(ValueError, match="key 'x' must be 'payload_bytes' or 'hops'"):
         load_results(tmp_path)
+
+
+def _mesh_allreduce():
+    return {
+        "fabric": "mesh", "experiment": "allreduce", "title": "Allreduce",
+        "simulator": "verilator", "config": {},
+        "rows": [{"quantity": "32 minions", "model": 442.0, "reference": 444, "unit": "cycles",
+                  "tolerance_pct": 10.0},
+                 {"quantity": "1,024 minions", "model": None, "reference": 1380,
+                  "unit": "cycles", "tolerance_pct": 10.0}],
+        "chart": {"title": "Allreduce", "x_label": "minions", "y_label": "cycles",
+                  "x_log2": True, "lines": [{"name": "shire", "points": [[2, 70], [4, 140]]}]},
+    }
+
+
+def test_unmeasured_row_is_shown_and_counted_unmet_and_chart_drawn(tmp_path):
+    _write(tmp_path, _mesh_allreduce())
+    report = write_report(tmp_path).read_text()
+    assert "| 1,024 minions | — | 1380 | cycles | — |" in report
+    assert "allreduce_chart.png" in report
+    assert (tmp_path / "mesh" / "allreduce_chart.png").read_bytes().startswith(PNG_MAGIC)
+    [result] = load_results(tmp_path)
+    assert result.rows_met == 1 and not result.rows[1].passes
+
+
+def test_bad_chart_point_names_the_key(tmp_path):
+    doc = _mesh_allreduce()
+    doc["chart"]["lines"][0]["points"][1] = [4, "fast"]
+    _write(tmp_path, doc)
+    with pytest.raises(ValueError, match=r"chart.lines\[0\].points\[1\]"):
+        load_results(tmp_path)

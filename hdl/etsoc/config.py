@@ -72,8 +72,10 @@ class MeshConfig(ConfigBase):
     # --- mesh (seed 002, "Where the shires are: a 6x6 mesh") -------------------
     mesh_cols: int = _hw(6, f"{SEED}: 'Where the shires are: a 6x6 mesh'")
     mesh_rows: int = _hw(6, f"{SEED}: 'Where the shires are: a 6x6 mesh'")
+    compute_shires: int = _hw(32, f"{SEED}: '32 shires' (fewer: a what-if, or a small "
+                                  "build of whole shires)")
     placement: tuple = _hw((), f"{SEED}: logical shire map; empty: the searched default "
-                               "(sim/etsoc_placement.py)")
+                               "(sim/etsoc_placement.py), its first compute_shires cells")
     router_hop_mesh_cycles: int = _hw(4, f"{SEED}: 'What the numbers say' 2: '4 mesh cycles "
                                          "each way at 400 MHz'")
     minion_mhz: float = _run(600.0, f"{SEED}: 'minion clock 600 MHz' (the testbench's clock)")
@@ -96,6 +98,12 @@ class MeshConfig(ConfigBase):
                                    "the shire' round trip)")
     mesh_port_cycles: int = _run(0, f"{SEED}: shire-to-mesh stage, each way at both ends "
                                    "('150 + 12 per hop between shires' round trip)")
+    send_window_flits: int = _run(58, f"{SEED}: 'Message size and bandwidth': 'the sender "
+                                      "seems to have a limited number of packets in flight' "
+                                      "(message flits a TensorSend may have unacknowledged; 0: "
+                                      "none; chosen so 1 KB round trips steepen beyond 5 hops)")
+    ack_flits: int = _run(4, "flits a TensorRecv takes in per ACK to the sender (not in the "
+                             "seed)")
     link_buffer_flits: int = _hw(8, "credits per VC on every link (not in the seed)")
     watchdog_cycles: int = _hw(20000, "no engine progress for this many cycles ends a run")
 
@@ -116,8 +124,10 @@ class MeshConfig(ConfigBase):
 
         posint("mesh_cols", 16)
         posint("mesh_rows", 16)
-        need("mesh_cols", self.mesh_cols * self.mesh_rows >= 32,
-             f"large enough with mesh_rows ({self.mesh_rows}) to hold the 32 compute shires")
+        posint("compute_shires", 32)
+        need("mesh_cols", self.mesh_cols * self.mesh_rows >= self.compute_shires,
+             f"large enough with mesh_rows ({self.mesh_rows}) to hold the "
+             f"{self.compute_shires} compute shires")
         posint("link_buffer_flits", 64)
         posint("watchdog_cycles", 1 << 30)
         for name in ("engine_send_cycles", "engine_recv_cycles", "tree_edge_cycles",
@@ -125,6 +135,12 @@ class MeshConfig(ConfigBase):
             v = getattr(self, name)
             need(name, isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 255,
                  "an integer from 0 to 255")
+        v = self.send_window_flits
+        need("send_window_flits", isinstance(v, int) and not isinstance(v, bool)
+             and 0 <= v <= 255, "0 (no window) or an integer from 1 to 255")
+        v = self.ack_flits
+        need("ack_flits", isinstance(v, int) and not isinstance(v, bool)
+             and 1 <= v <= 255, "an integer from 1 to 255")
         v = self.router_hop_mesh_cycles
         need("router_hop_mesh_cycles", isinstance(v, int) and not isinstance(v, bool)
              and 2 <= v <= 16, "an integer from 2 to 16 (a router hop has at least its "
@@ -149,9 +165,11 @@ class MeshConfig(ConfigBase):
             placement = tuple(zip(placement[::2], placement[1::2]))
         need("placement", all(isinstance(c, (tuple, list)) for c in placement),
              "(x, y) cells, one per compute shire")
-        placement = tuple(tuple(c) for c in placement) or DEFAULT_PLACEMENT
+        placement = (tuple(tuple(c) for c in placement)
+                     or DEFAULT_PLACEMENT[:self.compute_shires])
         object.__setattr__(self, "placement", placement)
-        need("placement", len(placement) == 32, "32 (x, y) cells, one per compute shire")
+        need("placement", len(placement) == self.compute_shires,
+             f"{self.compute_shires} (x, y) cells, one per compute shire (compute_shires)")
         need("placement", all(len(c) == 2 and all(isinstance(v, int) and not isinstance(v, bool)
                                                   for v in c)
                               and 0 <= c[0] < self.mesh_cols and 0 <= c[1] < self.mesh_rows

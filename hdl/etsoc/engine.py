@@ -11,6 +11,29 @@ extra.  A minion holds one partner's READY at a time: a second READY from
 another partner stays at the head of the response channel and blocks it,
 which is how the naive 2D layout hangs on the chip.
 
+The hardware reduce and broadcast trees (seed 002, "Reduction trees") run in
+the same engine when register ``TREE`` holds a mask of tree levels: at level
+``L`` minion ``i`` pairs with ``i ^ (1 << L)`` (global minion indices, so levels
+0-2 are a neighbourhood's tree edges, 3-4 cross the shire crossbar and 5-9 pair
+shires over the mesh).  Going up the levels of the mask, a minion combines
+what each child sends (TensorReduce, with the ``OP`` combine) until its own
+index has the level's bit set; then it sends its partial result to that
+parent and waits for the broadcast (TensorBroadcast, a copy), which it passes
+down to its children, highest level first.  The root is the minion with no
+bit of the mask set.  Each level has its own receive state, always posted
+during a tree run ("one ready bit per level"), so a tree takes no READY
+messages and cannot hang the way a naive 2D layout does; flits of several
+children may interleave, and each is combined as it arrives.
+
+A TensorSend keeps at most ``i_window_flits`` flits in flight unacknowledged
+(seed 002, "Message size and bandwidth": "1 KB round trips ... add 12 cycles
+per hop up to 5 hops and 27-36 per hop beyond, so the sender seems to have a
+limited number of packets in flight").  The receiving engine answers every
+``i_ack_flits`` flits it takes in, and a message's last, with an ACK on the
+response channel; a count left waiting over a 16-cycle sweep goes out too.
+Near partners' ACKs return before the window fills; beyond a few hops the
+sender waits for them.  Tree messages use no window.
+
 Register data is real: at ``ctl_init`` every register is filled with
 :func:`register_word`, and at ``ctl_verify`` the engine sums its register file
 into :attr:`MinionEngine.o_checksum` (see :func:`checksum`), which the
@@ -26,7 +49,7 @@ from amaranth.lib.wiring import In, Out
 from ..common.flit import VC
 
 __all__ = ["MsgKind", "EngineReg", "Couple", "MinionEngine", "register_word", "checksum",
-           "combine"]
+           "combine", "flit_sum", "tree_roles"]
 
 LANE_BITS = 32
 
@@ -37,6 +60,7 @@ class MsgKind(enum.IntEnum):
     HEAD = 0   #: message header: ``data[0:7]`` registers, ``data[7:9]`` combine op (request VC)
     DATA = 1   #: register data, ``addr`` = flit index in the message (request VC)
     READY = 2  #: receive posted, sender may send (response VC)
+    ACK = 3    #: receiver to sender: ``data[0:8]`` message flits taken in (response VC)
 
 
 class Couple(enum.IntEnum):
@@ -59,6 +83,7 @@ class EngineReg(enum.IntEnum):
     COUPLE = 6    #: :class:`Couple`
     TX_PEER2 = 7  #: ``{enable, minion[9:0]}``: odd-numbered messages go here instead
     RX_PEER2 = 8  #: ``{enable, minion[9:0]}``: odd-numbered messages come from here
+    TREE = 9      #: tree levels (10-bit mask, bit ``L`` = level ``L``); nonzero: a tree run
 
 
 def register_word(minion, word, flit_bytes=16):
@@ -111,6 +136,27 @@ def checksum(words, flit_bytes=16):
     return total & 0xFFFFFFFF
 
 
+def flit_sum(addr, data, flit_bytes=16):
+    """What one data flit adds to an engine's ``o_tx_sum`` or ``o_rx_sum``:
+    the sum of its 32-bit lanes plus ``addr * 0x10001``, mod 2**32.  Equal sums
+    at both ends of a stream show no flit was lost, duplicated or corrupted in
+    flight, whatever the register files hold."""
+    lanes = flit_bytes * 8 // LANE_BITS
+    total = sum(data >> (LANE_BITS * i) & 0xFFFFFFFF for i in range(lanes))
+    return (total + addr * 0x10001) & 0xFFFFFFFF
+
+
+def tree_roles(minion, levels):
+    """``(parent, children)`` of global minion ``minion`` in the tree over the
+    level mask ``levels`` (see the module docstring): ``parent`` is None at the
+    root, ``children`` are listed lowest level first."""
+    mine = levels & minion
+    up = mine & -mine
+    below = levels & (up - 1) if up else levels
+    children = [minion ^ (1 << b) for b in range(10) if below >> b & 1]
+    return (minion ^ up if up else None), children
+
+
 class MinionEngine(wiring.Component):
     """TensorSend / TensorRecv engine and register file of one minion.
     Clock: minion clock (600 MHz).
@@ -139,6 +185,11 @@ class MinionEngine(wiring.Component):
         TensorSend issue latency (READY in hand to header out) and TensorRecv
         completion latency (last flit written to the receive retiring), in
         minion cycles (run-time fields ``engine_send_cycles``, ``engine_recv_cycles``).
+    i_window_flits : In(8)
+        Message flits a send may have in flight unacknowledged; 0: no window
+        (run-time field ``send_window_flits``).
+    i_ack_flits : In(8)
+        Flits taken in per ACK, 1 or more (run-time field ``ack_flits``).
     o_req : Out(stream.Signature(flit_layout))
         Header and data flits (request VC).
     o_rsp : Out(stream.Signature(flit_layout))
@@ -151,6 +202,8 @@ class MinionEngine(wiring.Component):
         Fill and checksum finished.
     o_progress : Out(1)
         A flit moved this cycle (for the watchdog).
+    o_in_flight : Out(9)
+        Message flits sent and not yet acknowledged.
     o_tx_msgs, o_rx_msgs : Out(16)
         Messages sent and received this run.
     o_first_rx, o_last_rx : Out(32)
@@ -165,6 +218,8 @@ class MinionEngine(wiring.Component):
         ``{valid, source[9:0]}`` of the READY held (for stuck reports).
     o_blocked_ready : Out(11)
         ``{valid, source[9:0]}`` of a second READY waiting behind it.
+    o_tx_sum, o_rx_sum : Out(32)
+        :func:`flit_sum` over the data flits sent and received this run.
     """
 
     def __init__(self, *, minion, flit_layout, registers=32, flits_per_register=2):
@@ -177,6 +232,7 @@ class MinionEngine(wiring.Component):
             "i_we": In(1), "i_reg": In(4), "i_data": In(32),
             "i_init": In(1), "i_start": In(1), "i_verify": In(1), "i_now": In(32),
             "i_send_cycles": In(8), "i_recv_cycles": In(8),
+            "i_window_flits": In(8), "i_ack_flits": In(8), "o_in_flight": Out(9),
             "o_req": Out(flit), "o_rsp": Out(flit), "i_req": In(flit), "i_rsp": In(flit),
             "o_done": Out(1), "o_init_done": Out(1), "o_verify_done": Out(1),
             "o_progress": Out(1),
@@ -184,6 +240,7 @@ class MinionEngine(wiring.Component):
             "o_first_rx": Out(32), "o_last_rx": Out(32),
             "o_checksum": Out(32), "o_errors": Out(16),
             "o_ready_from": Out(11), "o_blocked_ready": Out(11),
+            "o_tx_sum": Out(32), "o_rx_sum": Out(32),
         })
 
     def elaborate(self, platform):
@@ -204,13 +261,14 @@ class MinionEngine(wiring.Component):
         nregs = Signal(7, init=1)
         op = Signal(2)
         couple = Signal(2)
+        tree_levels = Signal(10)
         with m.If(self.i_we):
             with m.Switch(self.i_reg):
                 for reg, sig in ((EngineReg.TX_PEER, tx_peer1), (EngineReg.RX_PEER, rx_peer1),
                                  (EngineReg.TX_PEER2, tx_peer2), (EngineReg.RX_PEER2, rx_peer2),
                                  (EngineReg.TX_COUNT, tx_count), (EngineReg.RX_COUNT, rx_count),
                                  (EngineReg.NREGS, nregs), (EngineReg.OP, op),
-                                 (EngineReg.COUPLE, couple)):
+                                 (EngineReg.COUPLE, couple), (EngineReg.TREE, tree_levels)):
                     with m.Case(reg):
                         m.d.sync += sig.eq(self.i_data)
 
@@ -226,8 +284,31 @@ class MinionEngine(wiring.Component):
         # cell of a 2D array sending east and south, receiving west and north).
         tx_peer = Signal(10)
         rx_peer = Signal(10)
-        m.d.comb += [tx_peer.eq(Mux(tx_peer2[10] & tx_sent[0], tx_peer2[:10], tx_peer1)),
+
+        # --- tree roles (levels mask against this minion's constant index) ---
+        me = Const(self.minion, 10)
+        tree = Signal()
+        up_bit = Signal(10)     # one-hot level at which this minion sends up; 0 at the root
+        below = Signal(10)      # levels at which it receives from a child
+        m.d.comb += tree.eq(tree_levels.any())
+        mine = tree_levels & me
+        m.d.comb += up_bit.eq(mine & (~mine + 1)[:10])
+        m.d.comb += below.eq(Mux(up_bit.any(), tree_levels & (up_bit - 1)[:10], tree_levels))
+        t_up_pending = Signal()   # the send to the parent is still to come
+        t_down = Signal(10)       # levels still to broadcast to, highest first
+        t_up_done = Signal()      # every child's message combined and retired
+        t_down_done = Signal()    # the parent's broadcast received (the root: set)
+        t_tx_bit = Signal(10)
+        highest = Signal(10)
+        for b in range(10):
+            with m.If(t_down[b]):
+                m.d.comb += highest.eq(1 << b)
+        m.d.comb += t_tx_bit.eq(Mux(t_up_pending, up_bit, highest))
+        m.d.comb += [tx_peer.eq(Mux(tree, me ^ t_tx_bit,
+                                    Mux(tx_peer2[10] & tx_sent[0], tx_peer2[:10], tx_peer1))),
                      rx_peer.eq(Mux(rx_peer2[10] & rx_done[0], rx_peer2[:10], rx_peer1))]
+        tx_more = Signal()
+        m.d.comb += tx_more.eq(Mux(tree, t_up_pending | t_down.any(), tx_sent < tx_count))
         m.d.comb += [self.o_tx_msgs.eq(tx_sent), self.o_rx_msgs.eq(rx_done)]
 
         # --- fill ---------------------------------------------------------
@@ -240,7 +321,10 @@ class MinionEngine(wiring.Component):
                 m.d.sync += [filling.eq(0), self.o_init_done.eq(1)]
             m.d.sync += fill_addr.eq(fill_addr + 1)
         with m.If(self.i_start):
-            m.d.sync += [running.eq(1), tx_sent.eq(0), rx_done.eq(0), self.o_errors.eq(0)]
+            m.d.sync += [running.eq(1), tx_sent.eq(0), rx_done.eq(0), self.o_errors.eq(0),
+                         self.o_tx_sum.eq(0), self.o_rx_sum.eq(0),
+                         t_up_pending.eq(up_bit.any()), t_down.eq(below),
+                         t_up_done.eq(~below.any()), t_down_done.eq(~up_bit.any())]
         with m.If(self.i_we):
             # Reprogramming stops the engine until the next start, so a run's
             # register writes never set off traffic under the last run's counts.
@@ -250,12 +334,16 @@ class MinionEngine(wiring.Component):
         ready_valid = Signal()
         ready_src = Signal(10)
         m.d.comb += [
-            self.i_rsp.ready.eq(~ready_valid & (self.i_rsp.payload.kind == MsgKind.READY)),
+            self.i_rsp.ready.eq((self.i_rsp.payload.kind == MsgKind.ACK)
+                                | (~ready_valid & (self.i_rsp.payload.kind == MsgKind.READY))),
             self.o_ready_from.eq(Cat(ready_src, ready_valid)),
             self.o_blocked_ready.eq(Cat(self.i_rsp.payload.src, self.i_rsp.valid & ready_valid)),
         ]
         take_ready = Signal()
-        m.d.comb += take_ready.eq(self.i_rsp.valid & self.i_rsp.ready)
+        take_ack = Signal()
+        m.d.comb += [take_ready.eq(self.i_rsp.valid & self.i_rsp.ready
+                                   & (self.i_rsp.payload.kind == MsgKind.READY)),
+                     take_ack.eq(self.i_rsp.valid & (self.i_rsp.payload.kind == MsgKind.ACK))]
         use_ready = Signal()
         with m.If(take_ready):
             m.d.sync += [ready_valid.eq(1), ready_src.eq(self.i_rsp.payload.src)]
@@ -273,11 +361,21 @@ class MinionEngine(wiring.Component):
         nregs_sent = Signal(7)
         m.d.comb += nregs_sent.eq(Mux(nregs == 0, 1, nregs))
         head_word = Signal(width)
-        m.d.comb += head_word.eq(Cat(nregs_sent, op))
+        m.d.comb += head_word.eq(Cat(nregs_sent, Mux(tree & ~t_up_pending, 0, op)))
         pushed = Signal(layout)
         m.d.comb += [pushed.eq(s1), pushed.data.eq(Mux(s1_head, head_word, rd_tx.data)),
                      out.w_en.eq(s1_valid), out.w_data.eq(pushed)]
-        room = out.level + s1_valid < out.depth
+        # The window counts message flits pushed towards the network and not
+        # yet acknowledged; s1 holds the flit being pushed this cycle.
+        in_flight = self.o_in_flight
+        acked = Mux(take_ack, self.i_rsp.payload.data[:8], 0)
+        window_on = ~tree & (self.i_window_flits != 0)
+        with m.If(self.i_start):
+            m.d.sync += in_flight.eq(0)
+        with m.Else():
+            m.d.sync += in_flight.eq(in_flight + (s1_valid & window_on) - acked)
+        window_open = ~window_on | (in_flight + s1_valid < self.i_window_flits)
+        room = (out.level + s1_valid < out.depth) & window_open
 
         total_flits = Signal(8 + 2)
         m.d.comb += total_flits.eq(nregs_sent * self.fpr)
@@ -285,20 +383,22 @@ class MinionEngine(wiring.Component):
         tx_word = Signal(wbits)
         send_wait = Signal(8)
         couple_ok = Signal()
-        with m.Switch(couple):
-            with m.Case(Couple.PING):
-                m.d.comb += couple_ok.eq(rx_done >= tx_sent)
-            with m.Case(Couple.PONG):
-                m.d.comb += couple_ok.eq(rx_done > tx_sent)
-            with m.Default():
-                m.d.comb += couple_ok.eq(1)
+        with m.If(tree):
+            # up once every child is in; down once the parent's broadcast is in
+            m.d.comb += couple_ok.eq(t_up_done & (t_up_pending | t_down_done))
+        with m.Elif(couple == Couple.PING):
+            m.d.comb += couple_ok.eq(rx_done >= tx_sent)
+        with m.Elif(couple == Couple.PONG):
+            m.d.comb += couple_ok.eq(rx_done > tx_sent)
+        with m.Else():
+            m.d.comb += couple_ok.eq(1)
         m.d.sync += s1_valid.eq(0)
         m.d.comb += rd_tx.addr.eq(tx_word)
         with m.FSM(name="tx"):
             with m.State("IDLE"):
-                with m.If(running & (tx_sent < tx_count) & ready_valid
-                          & (ready_src == tx_peer) & couple_ok):
-                    m.d.comb += use_ready.eq(1)
+                with m.If(running & tx_more & couple_ok
+                          & (tree | (ready_valid & (ready_src == tx_peer)))):
+                    m.d.comb += use_ready.eq(~tree)
                     m.d.sync += send_wait.eq(self.i_send_cycles)
                     m.next = "ISSUE"
             with m.State("ISSUE"):
@@ -318,17 +418,26 @@ class MinionEngine(wiring.Component):
                     m.d.comb += rd_tx.addr.eq(tx_word)
                     with m.If(tx_index == total_flits - 1):
                         m.d.sync += tx_sent.eq(tx_sent + 1)
+                        with m.If(t_up_pending):
+                            m.d.sync += t_up_pending.eq(0)
+                        with m.Else():
+                            m.d.sync += t_down.eq(t_down & ~t_tx_bit)
                         m.next = "IDLE"
 
         # --- receive --------------------------------------------------------
         ready_out = Signal()
-        m.d.comb += [self.o_rsp.valid.eq(ready_out),
-                     self.o_rsp.payload.kind.eq(MsgKind.READY),
+        ack_valid = Signal()
+        owed = Signal(8)          # flits taken in from ack_to, not yet acknowledged
+        ack_to = Signal(10)
+        m.d.comb += [self.o_rsp.valid.eq(ready_out | ack_valid),
+                     self.o_rsp.payload.kind.eq(Mux(ack_valid, MsgKind.ACK, MsgKind.READY)),
                      self.o_rsp.payload.vc.eq(VC.RSP),
                      self.o_rsp.payload.src.eq(self.minion),
-                     self.o_rsp.payload.dst.eq(rx_peer),
+                     self.o_rsp.payload.dst.eq(Mux(ack_valid, ack_to, rx_peer)),
+                     self.o_rsp.payload.data.eq(Mux(ack_valid, owed, 0)),
                      self.o_rsp.payload.last.eq(1)]
-        with m.If(self.o_rsp.valid & self.o_rsp.ready):
+        ack_sent = ack_valid & self.o_rsp.ready
+        with m.If(self.o_rsp.valid & self.o_rsp.ready & ~ack_valid):
             m.d.sync += ready_out.eq(0)
         rx_op = Signal(2)
         rx_flits = Signal(10)
@@ -344,11 +453,13 @@ class MinionEngine(wiring.Component):
         m.d.sync += c_valid.eq(0)
         with m.FSM(name="rx"):
             with m.State("IDLE"):
-                with m.If(running & (rx_done < rx_count)):
+                with m.If(running & ~tree & (rx_done < rx_count)):
                     m.d.sync += ready_out.eq(1)
                     m.next = "HEAD"
             with m.State("HEAD"):
-                with m.If(from_peer & (arriving.kind == MsgKind.HEAD)):
+                # a new partner's message waits until the last one's flits are ACKed
+                with m.If(from_peer & (arriving.kind == MsgKind.HEAD)
+                          & ((owed == 0) | (ack_to == arriving.src))):
                     m.d.comb += self.i_req.ready.eq(1)
                     m.d.sync += [rx_op.eq(arriving.data[7:9]),
                                  rx_flits.eq(arriving.data[0:7] * self.fpr), rx_seen.eq(0)]
@@ -372,10 +483,78 @@ class MinionEngine(wiring.Component):
                     m.d.sync += recv_wait.eq(recv_wait - 1)
         # A flit from a minion that is not the receive's partner is a protocol
         # error: it is consumed and counted, never written.
-        stray = self.i_req.valid & running & (arriving.src != rx_peer)
-        with m.If(stray):
-            m.d.comb += self.i_req.ready.eq(1)
+        stray = Signal()
+        with m.If(self.i_req.valid & running & ~tree & (arriving.src != rx_peer)):
+            m.d.comb += [self.i_req.ready.eq(1), stray.eq(1)]
             m.d.sync += self.o_errors.eq(self.o_errors + 1)
+
+        # --- ACKs of the send window ----------------------------------------------
+        took = window_on & self.i_req.valid & self.i_req.ready & (arriving.src == rx_peer)
+        flush = Signal()
+        sweep = Signal(4)
+        m.d.sync += sweep.eq(sweep + 1)
+        m.d.comb += ack_valid.eq((owed != 0) & ((owed >= self.i_ack_flits) | flush))
+        with m.If(self.i_start):
+            m.d.sync += [owed.eq(0), flush.eq(0)]
+        with m.Else():
+            m.d.sync += owed.eq(owed + took - Mux(ack_sent, owed, 0))
+            with m.If(took):
+                m.d.sync += ack_to.eq(arriving.src)
+            with m.If(took & arriving.last):
+                m.d.sync += flush.eq(1)
+            with m.Elif(ack_sent):
+                m.d.sync += flush.eq(0)
+            with m.Elif(sweep == 0):
+                # a count that waited a whole sweep goes out on the next cycle
+                m.d.sync += flush.eq(owed != 0)
+
+        # --- tree receive: every level's receive is posted for the whole run ---
+        # A child's flits are combined with OP as they come, in any order and
+        # interleaved with other children's; the parent's are copied.  A data
+        # flit to the word the combine pipeline is still writing waits a cycle.
+        level = Signal(10)
+        m.d.comb += level.eq((arriving.src ^ me)[:10])
+        one_hot = level.any() & ~(level & (level - 1)[:10]).any()
+        from_child = one_hot & ~(level & ~below).any()
+        from_parent = up_bit.any() & (level == up_bit)
+        is_data = arriving.kind == MsgKind.DATA
+        hazard = c_valid & (c_word == arriving.addr[:wbits])
+        t_up_flits = Signal(16)
+        t_down_flits = Signal(10)
+        t_wait = Signal(8)
+        children = Signal(4)
+        m.d.comb += children.eq(sum(below[b] for b in range(10)))
+        with m.If(self.i_start):
+            m.d.sync += [t_up_flits.eq(0), t_down_flits.eq(0), t_wait.eq(self.i_recv_cycles)]
+        with m.Elif(tree & running & self.i_req.valid):
+            with m.If(~(from_child | from_parent)):
+                m.d.comb += [self.i_req.ready.eq(1), stray.eq(1)]
+                m.d.sync += self.o_errors.eq(self.o_errors + 1)
+            with m.Elif(~is_data):
+                m.d.comb += self.i_req.ready.eq(1)
+                m.d.sync += rx_done.eq(rx_done + 1)
+            with m.Elif(~hazard):
+                m.d.comb += [self.i_req.ready.eq(1), rd_rx.addr.eq(arriving.addr[:wbits])]
+                m.d.sync += [c_valid.eq(1), c_word.eq(arriving.addr[:wbits]),
+                             c_new.eq(arriving.data), c_op.eq(Mux(from_child, op, 0))]
+                with m.If(from_child):
+                    m.d.sync += t_up_flits.eq(t_up_flits + 1)
+                with m.Else():
+                    m.d.sync += t_down_flits.eq(t_down_flits + 1)
+        # Retire each phase ``i_recv_cycles`` after its last flit is written.
+        up_in = ~t_up_done & (t_up_flits == children * total_flits)
+        down_in = t_up_done & ~t_down_done & (t_down_flits == total_flits)
+        with m.If(tree & running & ~c_valid & (up_in | down_in)):
+            with m.If(t_wait != 0):
+                m.d.sync += t_wait.eq(t_wait - 1)
+            with m.Else():
+                m.d.sync += [t_wait.eq(self.i_recv_cycles), self.o_last_rx.eq(self.i_now)]
+                with m.If(up_in):
+                    m.d.sync += t_up_done.eq(1)
+                with m.Else():
+                    m.d.sync += t_down_done.eq(1)
+                with m.If(up_in | ~children.any()):
+                    m.d.sync += self.o_first_rx.eq(self.i_now)
 
         combined = Signal(width)
         for i in range(lanes):
@@ -425,9 +604,23 @@ class MinionEngine(wiring.Component):
                     with m.Else():
                         m.d.sync += v_lane.eq(v_lane + 1)
 
+        # --- transfer sums (see flit_sum) -----------------------------------------
+        def fsum(flit):
+            return sum(flit.data.word_select(i, LANE_BITS) for i in range(lanes)) \
+                + flit.addr * 0x10001
+        with m.If(~self.i_start & self.o_req.valid & self.o_req.ready
+                  & (self.o_req.payload.kind == MsgKind.DATA)):
+            m.d.sync += self.o_tx_sum.eq(self.o_tx_sum + fsum(self.o_req.payload))
+        with m.If(~self.i_start & self.i_req.valid & self.i_req.ready & is_data
+                  & ~stray):
+            m.d.sync += self.o_rx_sum.eq(self.o_rx_sum + fsum(arriving))
+
+        rx_finished = Mux(tree, t_up_done & t_down_done, rx_done >= rx_count)
         m.d.comb += [
-            self.o_done.eq(running & (tx_sent >= tx_count) & (rx_done >= rx_count)),
+            # done once every flit sent is acknowledged and every ACK owed is out
+            self.o_done.eq(running & ~tx_more & rx_finished & (in_flight == 0) & (owed == 0)),
             self.o_progress.eq((self.o_req.valid & self.o_req.ready)
-                               | (self.i_req.valid & self.i_req.ready) | take_ready),
+                               | (self.i_req.valid & self.i_req.ready) | take_ready
+                               | take_ack | ack_sent),
         ]
         return m

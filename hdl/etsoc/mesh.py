@@ -32,21 +32,25 @@ GLOBAL = 1 << 14
 
 
 class MeshReg(enum.IntEnum):
-    """Mesh-wide run-time registers at ``cfg_addr = GLOBAL | reg`` (8 bits each,
-    minion cycles): the stage latencies the seed does not disclose."""
+    """Mesh-wide run-time registers at ``cfg_addr = GLOBAL | reg`` (8 bits each):
+    the stage latencies the seed does not disclose (minion cycles) and the
+    engines' send window and ACK spacing (flits)."""
 
     SEND_CYCLES = 0      #: engine_send_cycles
     RECV_CYCLES = 1      #: engine_recv_cycles
     TREE_CYCLES = 2      #: tree_edge_cycles
     XBAR_CYCLES = 3      #: crossbar_cycles
     PORT_CYCLES = 4      #: mesh_port_cycles
+    WINDOW_FLITS = 5     #: send_window_flits
+    ACK_FLITS = 6        #: ack_flits
 
 
 def mesh_registers(cfg):
     """``{MeshReg: value}`` of the run-time latency fields of ``cfg``."""
     return {MeshReg.SEND_CYCLES: cfg.engine_send_cycles, MeshReg.RECV_CYCLES: cfg.engine_recv_cycles,
             MeshReg.TREE_CYCLES: cfg.tree_edge_cycles, MeshReg.XBAR_CYCLES: cfg.crossbar_cycles,
-            MeshReg.PORT_CYCLES: cfg.mesh_port_cycles}
+            MeshReg.PORT_CYCLES: cfg.mesh_port_cycles,
+            MeshReg.WINDOW_FLITS: cfg.send_window_flits, MeshReg.ACK_FLITS: cfg.ack_flits}
 
 
 class Port(enum.IntEnum):
@@ -106,7 +110,7 @@ class MeshRouter(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
-        coord = range(max(cfg.mesh_cols, cfg.mesh_rows))
+        coord = range(max(cfg.mesh_cols, cfg.mesh_rows, 2))   # at least one bit wide
         xs = Array(Const(c[0], coord) for c in cfg.placement)
         ys = Array(Const(c[1], coord) for c in cfg.placement)
 
@@ -145,24 +149,25 @@ class MeshRouter(wiring.Component):
 
 #: Per-engine counters, in address order within an engine.
 ENGINE_COUNTERS = ("tx_msgs", "rx_msgs", "first_rx", "last_rx", "checksum", "errors",
-                   "ready_from", "blocked_ready", "state")
+                   "ready_from", "blocked_ready", "state", "tx_sum", "rx_sum")
 
 
 def counter_names(cfg):
     """Names of the readable counters, in ``rd_addr`` order.
 
     ``s<shire>.m<k>.state`` packs, low bit first: done, init_done, verify_done.
-    ``ready_from`` / ``blocked_ready`` are ``{valid, source[9:0]}``.
+    ``ready_from`` / ``blocked_ready`` are ``{valid, source[9:0]}``;
+    ``tx_sum`` / ``rx_sum`` are :func:`~hdl.etsoc.engine.flit_sum` totals.
     """
     names = ["cycles", "stuck", "idle_cycles", "overflow"]
-    for s in range(32):
+    for s in range(cfg.compute_shires):
         for k in range(cfg.minions_per_shire):
             names += [f"s{s}.m{k}.{c}" for c in ENGINE_COUNTERS]
     return names
 
 
 class EtSocMesh(wiring.Component):
-    """The mesh (6x6 by default) with its 32 shires.  Clocks: ``clk`` (minion,
+    """The mesh (6x6 by default) with its compute shires (32 by default).  Clocks: ``clk`` (minion,
     600 MHz) and ``mesh_clk`` (mesh, 400 MHz), each with its reset; assert both
     resets together.
 
@@ -247,7 +252,9 @@ class EtSocMesh(wiring.Component):
             m.d.comb += [shire.i_send_cycles.eq(latency[MeshReg.SEND_CYCLES]),
                          shire.i_recv_cycles.eq(latency[MeshReg.RECV_CYCLES]),
                          shire.i_tree_cycles.eq(latency[MeshReg.TREE_CYCLES]),
-                         shire.i_xbar_cycles.eq(latency[MeshReg.XBAR_CYCLES])]
+                         shire.i_xbar_cycles.eq(latency[MeshReg.XBAR_CYCLES]),
+                         shire.i_window_flits.eq(latency[MeshReg.WINDOW_FLITS]),
+                         shire.i_ack_flits.eq(latency[MeshReg.ACK_FLITS])]
             shires.append(shire)
             overflow.append(shire.o_overflow)
             up_pipe = LinkDelay(flit_layout=layout, capacity=2 * depth)
@@ -316,7 +323,7 @@ class EtSocMesh(wiring.Component):
         for e in engines:
             values += [e.o_tx_msgs, e.o_rx_msgs, e.o_first_rx, e.o_last_rx, e.o_checksum,
                        e.o_errors, e.o_ready_from, e.o_blocked_ready,
-                       Cat(e.o_done, e.o_init_done, e.o_verify_done)]
+                       Cat(e.o_done, e.o_init_done, e.o_verify_done), e.o_tx_sum, e.o_rx_sum]
         with m.Switch(self.rd_addr):
             for i, v in enumerate(values):
                 with m.Case(i):

@@ -53,6 +53,8 @@ class Shire(wiring.Component):
         Latency of every crossbar output towards a neighbourhood (the
         crossbar's stage; minion cycles).  The mesh output has none: its stage
         is the mesh port's, outside the shire.
+    i_window_flits, i_ack_flits : In(8)
+        The engines' send window and ACK spacing (see :class:`MinionEngine`).
 
     Attributes
     ----------
@@ -68,7 +70,8 @@ class Shire(wiring.Component):
         link = CreditLink(flit_layout)
         super().__init__({"o_mesh": Out(link), "i_mesh": In(link), "o_overflow": Out(1),
                           "i_send_cycles": In(8), "i_recv_cycles": In(8),
-                          "i_tree_cycles": In(8), "i_xbar_cycles": In(8)})
+                          "i_tree_cycles": In(8), "i_xbar_cycles": In(8),
+                          "i_window_flits": In(8), "i_ack_flits": In(8)})
         self.engines = [
             MinionEngine(minion=cfg.minion_id(shire, k), flit_layout=flit_layout,
                          registers=cfg.registers, flits_per_register=cfg.flits_per_register)
@@ -113,7 +116,9 @@ class Shire(wiring.Component):
                 engine = self.engines[minion]
                 m.submodules[f"engine{minion}"] = engine
                 m.d.comb += [engine.i_send_cycles.eq(self.i_send_cycles),
-                             engine.i_recv_cycles.eq(self.i_recv_cycles)]
+                             engine.i_recv_cycles.eq(self.i_recv_cycles),
+                             engine.i_window_flits.eq(self.i_window_flits),
+                             engine.i_ack_flits.eq(self.i_ack_flits)]
                 send = StreamToLink(flit_layout=layout, credits=depth)
                 m.submodules[f"send{minion}"] = send
                 wiring.connect(m, engine.o_req, send.i[VC.REQ])
