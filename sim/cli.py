@@ -199,8 +199,15 @@ def _cmd_run(args):
                 parts = fab.module.build_parts(cfg, exp, explicit)
             else:
                 parts = [(None, cfg)]
-            parts = [(part, pcfg, fab.module.build_runs(pcfg, exp, part) if part is not None
-                      else fab.module.build_runs(pcfg, exp)) for part, pcfg in parts]
+            built = []
+            for part, pcfg in parts:
+                try:
+                    built.append((part, pcfg, fab.module.build_runs(pcfg, exp, part)
+                                  if part is not None else fab.module.build_runs(pcfg, exp)))
+                except ValueError as error:
+                    raise ValueError(f"{fabric}.{name} ({part} build): {error}" if part
+                                     else str(error)) from None
+            parts = built
         except ValueError as error:
             raise UsageError(str(error)) from None
         jobs.append((fabric, name, fab, exp, parts))

@@ -8,10 +8,11 @@ them, checks their shape, and writes ``results/report.md`` with one section per
 experiment and a plot in the style of the seed's worked example: elapsed cycles
 against payload with the fit overlaid, and the residual cycles below (or,
 for a series indexed by mesh hops, round trip against hops), plus a heat map
-of the mesh placement where an experiment provides one.
+of the mesh placement and a chart where an experiment provides them.
 
-A row passes when it has no tolerance (a model-only quantity) or when
-``|error_pct| <= tolerance_pct``.
+A row passes when it has no tolerance or bound (a model-only quantity), or
+when ``|error_pct| <= tolerance_pct`` and its bounds hold; a row whose model
+is null (not measured by the build) does not pass.
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ class ResultRow:
 
     @property
     def passes(self) -> bool:
-        """True unless the row has a tolerance and misses it."""
+        """True unless the row misses its tolerance or bounds, or was not measured."""
         return self.met is not False
 
 
@@ -277,8 +278,9 @@ class _Context:
 def _load_row(ctx: _Context, raw: Any, where: str) -> ResultRow:
     row = ctx.obj(raw, where)
     quantity = ctx.string(row, "quantity", where)
-    model = ctx.number(row, "model", where, optional=True)
-    model = None if model is None else float(model)
+    # The key must be there; null marks a quantity the build could not measure.
+    model = ctx.key(row, "model", where)
+    model = None if model is None else float(ctx.number(row, "model", where))
     unit = ctx.string(row, "unit", where)
     reference = ctx.number(row, "reference", where, optional=True)
     err = ctx.number(row, "error_pct", where, optional=True)

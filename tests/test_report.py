@@ -299,3 +299,11 @@ def test_bad_chart_point_names_the_key(tmp_path):
     _write(tmp_path, doc)
     with pytest.raises(ValueError, match=r"chart.lines\[0\].points\[1\]"):
         load_results(tmp_path)
+
+
+def test_row_without_a_model_key_is_refused(tmp_path):
+    doc = _mesh_allreduce()
+    del doc["rows"][0]["model"]
+    _write(tmp_path, doc)
+    with pytest.raises(ValueError, match=r"rows\[0\].*missing key 'model'"):
+        load_results(tmp_path)

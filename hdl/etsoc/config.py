@@ -101,7 +101,8 @@ class MeshConfig(ConfigBase):
     send_window_flits: int = _run(58, f"{SEED}: 'Message size and bandwidth': 'the sender "
                                       "seems to have a limited number of packets in flight' "
                                       "(message flits a TensorSend may have unacknowledged; 0: "
-                                      "none; chosen so 1 KB round trips steepen beyond 5 hops)")
+                                      "no window; chosen so 1 KB round trips steepen beyond "
+                                      "5 hops)")
     ack_flits: int = _run(4, "flits a TensorRecv takes in per ACK to the sender (not in the "
                              "seed)")
     link_buffer_flits: int = _hw(8, "credits per VC on every link (not in the seed)")

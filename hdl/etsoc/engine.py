@@ -30,7 +30,8 @@ A TensorSend keeps at most ``i_window_flits`` flits in flight unacknowledged
 per hop up to 5 hops and 27-36 per hop beyond, so the sender seems to have a
 limited number of packets in flight").  The receiving engine answers every
 ``i_ack_flits`` flits it takes in, and a message's last, with an ACK on the
-response channel; a count left waiting over a 16-cycle sweep goes out too.
+response channel; any count still owed when a free-running 16-cycle sweep
+wraps goes out too, so no count waits more than 16 cycles.
 Near partners' ACKs return before the window fills; beyond a few hops the
 sender waits for them.  Tree messages use no window.
 
@@ -193,11 +194,12 @@ class MinionEngine(wiring.Component):
     o_req : Out(stream.Signature(flit_layout))
         Header and data flits (request VC).
     o_rsp : Out(stream.Signature(flit_layout))
-        READY flits (response VC).
+        READY and ACK flits (response VC); an owed ACK goes first.
     i_req, i_rsp : In(stream.Signature(flit_layout))
         Arriving flits of each VC.
     o_done : Out(1)
-        Running and every message sent and received.
+        Running, every message sent and received, every flit sent
+        acknowledged and every ACK owed sent.
     o_init_done, o_verify_done : Out(1)
         Fill and checksum finished.
     o_progress : Out(1)
@@ -337,7 +339,8 @@ class MinionEngine(wiring.Component):
             self.i_rsp.ready.eq((self.i_rsp.payload.kind == MsgKind.ACK)
                                 | (~ready_valid & (self.i_rsp.payload.kind == MsgKind.READY))),
             self.o_ready_from.eq(Cat(ready_src, ready_valid)),
-            self.o_blocked_ready.eq(Cat(self.i_rsp.payload.src, self.i_rsp.valid & ready_valid)),
+            self.o_blocked_ready.eq(Cat(self.i_rsp.payload.src, self.i_rsp.valid & ready_valid
+                                        & (self.i_rsp.payload.kind == MsgKind.READY))),
         ]
         take_ready = Signal()
         take_ack = Signal()
@@ -505,7 +508,7 @@ class MinionEngine(wiring.Component):
             with m.Elif(ack_sent):
                 m.d.sync += flush.eq(0)
             with m.Elif(sweep == 0):
-                # a count that waited a whole sweep goes out on the next cycle
+                # any count still owed when the sweep wraps goes out next cycle
                 m.d.sync += flush.eq(owed != 0)
 
         # --- tree receive: every level's receive is posted for the whole run ---

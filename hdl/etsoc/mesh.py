@@ -46,7 +46,7 @@ class MeshReg(enum.IntEnum):
 
 
 def mesh_registers(cfg):
-    """``{MeshReg: value}`` of the run-time latency fields of ``cfg``."""
+    """``{MeshReg: value}`` of the run-time latency and window fields of ``cfg``."""
     return {MeshReg.SEND_CYCLES: cfg.engine_send_cycles, MeshReg.RECV_CYCLES: cfg.engine_recv_cycles,
             MeshReg.TREE_CYCLES: cfg.tree_edge_cycles, MeshReg.XBAR_CYCLES: cfg.crossbar_cycles,
             MeshReg.PORT_CYCLES: cfg.mesh_port_cycles,

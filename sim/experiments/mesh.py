@@ -300,7 +300,7 @@ def build_run(cfg, label, programs, dirty=None, meta=None):
         if isinstance(pp, Tree) and not (isinstance(pp.levels, int) and 0 < pp.levels < 1024
                                          and pp.base & pp.levels == 0):
             raise ValueError(f"levels must be a mask of tree levels 0-9 (1 to 1023) sharing no "
-                             f"bit with base, not {pp.levels!r}")
+                             f"bit with base ({pp.base}), not {pp.levels!r}")
     used = [g for pp in programs for g in _members(pp)]
     partners = [g for pp in programs if isinstance(pp, Cells) for c in pp.cells
                 for g in c.tx + c.rx]
@@ -317,8 +317,11 @@ def build_run(cfg, label, programs, dirty=None, meta=None):
     if len(set(used)) != len(used):
         raise ValueError(f"minions must be distinct within a run, not {sorted(used)}")
     for pp in programs:
-        if not (isinstance(pp.nregs, int) and 1 <= pp.nregs <= 127):
-            raise ValueError(f"nregs must be an integer from 1 to 127, not {pp.nregs!r}")
+        most = cfg.registers if isinstance(pp, Tree) else 127
+        if not (isinstance(pp.nregs, int) and 1 <= pp.nregs <= most):
+            # a tree message that wrapped past f31 would combine a word twice
+            raise ValueError(f"nregs must be an integer from 1 to {most}"
+                             f"{' for a tree' if most != 127 else ''}, not {pp.nregs!r}")
         ops = COMBINE_OPS[1:] if isinstance(pp, Tree) else COMBINE_OPS
         if not isinstance(pp.op, int) or isinstance(pp.op, bool) \
                 or pp.op not in range(len(COMBINE_OPS)) or COMBINE_OPS[pp.op] not in ops:
@@ -750,8 +753,8 @@ def _layout_runs(cfg):
            [{"layout": "phases"}] * 2)
     yield ("2D in alternating phases: north pass", [OneWay(m[0], m[2]), OneWay(m[1], m[3])],
            [{"layout": "phases"}] * 2)
-    yield ("hardware tree: allreduce over the four (levels 0 and 1)",
-           Tree(sum(1 << b for b, _ in _levels(cfg)[:2])), {"layout": "tree"})
+    yield (f"hardware tree: allreduce over the four (levels 0 and {mpn.bit_length() - 1})",
+           Tree(1 | mpn), {"layout": "tree"})
     # Each cell sends south and east and receives from north and west at once:
     # m0 takes readies from two partners.  It must stay the last run: a hang
     # ends the plan.
@@ -826,7 +829,8 @@ def _tree_sweep(levels, what):
 def _tree_shire_runs(cfg):
     levels = [lp for lp in _levels(cfg) if lp[1] != "mesh"]
     if not levels:
-        raise ValueError("minions_per_neighbourhood must be at least 2 for a tree inside a shire")
+        raise ValueError("neighbourhoods x minions_per_neighbourhood must be at least 2 for a "
+                         "tree inside a shire")
     yield from _tree_sweep(levels, "minions of shire 0")
 
 
@@ -899,7 +903,8 @@ RING_STRIDES = (1, 2, 4, 8, 16)
 
 def _ring_shire_runs(cfg):
     if cfg.minions_per_shire < 2:
-        raise ValueError("minions_per_shire must be at least 2 for a ring inside a shire")
+        raise ValueError("neighbourhoods x minions_per_neighbourhood must be at least 2 for a "
+                         "ring inside a shire")
     pairs = []
     for s in range(cfg.compute_shires):
         ring = [cfg.minion_id(s, k) for k in range(cfg.minions_per_shire)]
@@ -1026,7 +1031,8 @@ EXPERIMENTS = {e.name: e for e in (
                       "A 2x2 array of shire 0's minions. The alternating-phase 2D layout "
                       "runs its west and north passes as two runs; the run boundary stands "
                       "for the barrier between the phases. The tree is the hardware reduce and "
-                      "broadcast tree over the same four minions (tree levels 0 and 1).")),
+                      "broadcast tree over the same four minions (tree levels 0 and "
+                      "log2(minions_per_neighbourhood)).")),
     Experiment("allreduce", "Allreduce on the hardware trees against minion count",
                None, _tree_rows, parts=(Part("shire", ONE_SHIRE, _tree_shire_runs),
                                         Part("chip", REDUCED, _tree_chip_runs)),
@@ -1097,7 +1103,10 @@ def analyse(cfg, exp, runs, results, simulator):
     """
     if exp.parts:
         for name in cfg:
-            _check_all(cfg[name], exp, runs[name], results[name])
+            try:
+                _check_all(cfg[name], exp, runs[name], results[name])
+            except ExperimentError as error:
+                raise ExperimentError(f"{name} build: {error}") from None
         series, rows, extra = exp.rows({name: (cfg[name], runs[name], results[name])
                                         for name in cfg})
         extra["parts"] = {name: _config_json(c) for name, c in cfg.items()}
@@ -1106,8 +1115,15 @@ def analyse(cfg, exp, runs, results, simulator):
         _check_all(cfg, exp, runs, results)
         series, rows, extra = exp.rows(cfg, runs, results)
     config = _config_json(cfg)
+    notes = list(exp.notes)
+    if "parts" in extra:
+        last = extra["parts"][exp.parts[-1].name]
+        notes.append("Builds: " + "; ".join(
+            f"{name}: " + (", ".join(f"{k}={v}" for k, v in part.items()
+                                     if v != last[k] and k != "placement") or "the configuration shown")
+            for name, part in extra["parts"].items()) + ".")
     out = {"fabric": FABRIC, "experiment": exp.name, "title": exp.title,
            "simulator": simulator, "config": config, "series": series, "rows": rows,
-           "notes": list(exp.notes)}
+           "notes": notes}
     out.update(extra)
     return out
