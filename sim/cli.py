@@ -195,21 +195,19 @@ def _cmd_run(args):
         exp = fab.module.EXPERIMENTS[name]
         explicit = {item.partition("=")[0] for item in sets[fabric]}
         try:
-            if hasattr(fab.module, "build_parts"):
-                parts = fab.module.build_parts(cfg, exp, explicit)
-            else:
-                parts = [(None, cfg)]
-            built = []
-            for part, pcfg in parts:
-                try:
-                    built.append((part, pcfg, fab.module.build_runs(pcfg, exp, part)
-                                  if part is not None else fab.module.build_runs(pcfg, exp)))
-                except ValueError as error:
-                    raise ValueError(f"{fabric}.{name} ({part} build): {error}" if part
-                                     else str(error)) from None
-            parts = built
+            parts = (fab.module.build_parts(cfg, exp, explicit)
+                     if hasattr(fab.module, "build_parts") else [(None, cfg)])
         except ValueError as error:
             raise UsageError(str(error)) from None
+        built = []
+        for part, pcfg in parts:
+            try:
+                built.append((part, pcfg, fab.module.build_runs(pcfg, exp, part)
+                              if part is not None else fab.module.build_runs(pcfg, exp)))
+            except ValueError as error:
+                raise UsageError(f"{fabric}.{name} ({part} build): {error}" if part
+                                 else str(error)) from None
+        parts = built
         jobs.append((fabric, name, fab, exp, parts))
     results_dir = Path(args.results)
     failed = False

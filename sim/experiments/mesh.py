@@ -503,6 +503,8 @@ def _ref_row(quantity, model, key, **extra):
     for bound in ("minimum", "maximum"):
         if bound in entry:
             row[bound] = entry[bound]
+    if "target" not in row and "minimum" in row and "maximum" in row:
+        row["target"] = f"{row['minimum']:g} to {row['maximum']:g}"
     row.update(extra)
     return row
 
@@ -616,8 +618,6 @@ def _one_kb_rows(cfg, runs, measured):
                        "fit": {"alpha_cycles": a, "beta_cycles_per_hop": b,
                                "max_residual_cycles": float(np.max(np.abs(res)))}})
         rows.append(_ref_row(f"{name}: cycles per hop (fit)", b, key))
-    for row in rows:
-        row["target"] = _range_target(row)
     return series, rows, {}
 
 
@@ -855,12 +855,10 @@ _LEVEL_KEYS = {"tree_edge": "tree", "crossbar": "crossbar", "mesh": "mesh"}
 
 def _tree_rows(parts):
     rows, points = [], []
-    for part in ("shire", "chip"):
-        if part not in parts:
-            continue
-        cfg, runs, results = parts[part]
+    latencies = {part: _tree_latencies(*parts[part][1:]) for part in ("shire", "chip")}
+    for part, measured in latencies.items():
         before = 0
-        for p, cycles in _tree_latencies(runs, results):
+        for p, cycles in measured:
             if p["level"] is None:
                 continue
             points.append({"part": part, "minions": p["minions"], "level": p["level"],
@@ -868,16 +866,12 @@ def _tree_rows(parts):
             where = {"tree_edge": "tree edge", "crossbar": "shire crossbar",
                      "mesh": "mesh"}[p["path"]]
             rows.append(_ref_row(f"level {p['level']} ({where}): cycles it adds to the allreduce",
-                                 cycles - before, f"allreduce.level_{_LEVEL_KEYS[p['path']]}",
-                                 target=None))
+                                 cycles - before, f"allreduce.level_{_LEVEL_KEYS[p['path']]}"))
             before = cycles
-    shire = {p["minions"]: c for p, c in _tree_latencies(*parts["shire"][1:])}
+    shire, chip = ({p["minions"]: c for p, c in latencies[part]} for part in ("shire", "chip"))
     rows.append(_ref_row("allreduce over 32 minions (one shire)", shire.get(32),
                          "allreduce.minions_32"))
-    chip = {p["minions"]: c for p, c in _tree_latencies(*parts["chip"][1:])}
     rows.append(_ref_row("allreduce over 1,024 minions", chip.get(1024), "allreduce.minions_1024"))
-    for row in rows:
-        row["target"] = row.get("target") or _range_target(row)
     chart = {"title": "Allreduce of 32 B on the hardware trees", "x_label": "minions in the tree",
              "y_label": "latency (minion cycles)", "x_log2": True,
              "lines": [{"name": {"shire": "one shire (levels 0-4)",
@@ -886,13 +880,6 @@ def _tree_rows(parts):
                                    if p["part"] == part]}
                        for part in ("shire", "chip")]}
     return [], rows, {"allreduce_points": points, "chart": chart}
-
-
-def _range_target(row):
-    lo, hi = row.get("minimum"), row.get("maximum")
-    if lo is not None and hi is not None:
-        return f"{lo:g} to {hi:g}"
-    return f"within {row['tolerance_pct']:g} %" if "tolerance_pct" in row else None
 
 
 # --- ring bandwidth -------------------------------------------------------------------
@@ -965,8 +952,6 @@ def _ring_rows(parts):
                          "ring_bandwidth.ratio"))
     rows.append(_ref_row("inside a shire against between shires, highest ratio", ratio_hi,
                          "ring_bandwidth.ratio"))
-    for row in rows:
-        row["target"] = _range_target(row)
     chart = {"title": "Message bandwidth of 1 KB rings, per shire", "x_label":
              "mean mesh hops between partners (0: inside a shire)",
              "y_label": "GB/s per shire", "x_log2": False, "y_log": True,
@@ -981,6 +966,11 @@ _REDUCED_NOTE = ("Built with 2 neighbourhoods of 2 minions per shire (the measur
                  "need no more; the seed finds minion 31 gives the same numbers as minion 0, "
                  "since each shire meets the mesh at one point). Set neighbourhoods and "
                  "minions_per_neighbourhood to build full shires.")
+
+def _shire_and_chip(shire_runs, chip_runs):
+    """The two builds of an experiment that needs whole shires and the chip."""
+    return (Part("shire", ONE_SHIRE, shire_runs), Part("chip", REDUCED, chip_runs))
+
 
 EXPERIMENTS = {e.name: e for e in (
     Experiment("round_trip", "Round trip between minion 0 of every pair of shires",
@@ -1034,8 +1024,7 @@ EXPERIMENTS = {e.name: e for e in (
                       "broadcast tree over the same four minions (tree levels 0 and "
                       "log2(minions_per_neighbourhood)).")),
     Experiment("allreduce", "Allreduce on the hardware trees against minion count",
-               None, _tree_rows, parts=(Part("shire", ONE_SHIRE, _tree_shire_runs),
-                                        Part("chip", REDUCED, _tree_chip_runs)),
+               None, _tree_rows, parts=_shire_and_chip(_tree_shire_runs, _tree_chip_runs),
                notes=("Two builds. Levels 0-4 (2 to 32 minions) run on one whole shire of 32 "
                       "minions on a 1x1 mesh; levels 5-9 run on the 32-shire build (2 "
                       "neighbourhoods of 2 minions per shire) as a tree over minion 0 of "
@@ -1051,8 +1040,7 @@ EXPERIMENTS = {e.name: e for e in (
                       "level), so the tree takes no READY messages; a child's flits are "
                       "combined as they arrive, interleaved with its siblings'.")),
     Experiment("ring_bandwidth", "Ring bandwidth: inside a shire against between shires",
-               None, _ring_rows, parts=(Part("shire", ONE_SHIRE, _ring_shire_runs),
-                                        Part("chip", REDUCED, _ring_chip_runs)),
+               None, _ring_rows, parts=_shire_and_chip(_ring_shire_runs, _ring_chip_runs),
                notes=("Two builds. The ring inside a shire runs on one whole shire (all 32 "
                       "minions, each passing 1 KB messages to the next); the rings between "
                       "shires run on the 32-shire build with 4 minions per shire, each passing "
