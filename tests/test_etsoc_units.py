@@ -273,21 +273,15 @@ def test_tree_allreduce_leaves_every_minion_with_the_result(levels, op, nregs):
         assert got[g] == (checksum(regs), 0, messages, messages), g
 
 
-def _stream_through_two_shires(window):
-    """Two one-minion shires pass 1 KB messages both ways (Amaranth's
-    simulator); returns the counters of the run."""
+def _simulate_mesh(cfg, run, extra=()):
+    """Run one :func:`~sim.experiments.mesh.build_run` run on the whole mesh in
+    Amaranth's simulator: write, fill, start, wait for done or stuck, read the
+    run's counters (plus ``extra``) and, when done, its checksums."""
     from amaranth.sim import Simulator as Sim
 
     from hdl.etsoc.mesh import EtSocMesh, counter_names
-    from sim.experiments import mesh as experiments
 
-    cfg = MeshConfig(compute_shires=2, mesh_cols=2, mesh_rows=1, placement=((0, 0), (1, 0)),
-                     neighbourhoods=1, minions_per_neighbourhood=1, send_window_flits=window,
-                     ack_flits=2, watchdog_cycles=3000)
     dut = EtSocMesh(cfg)
-    a, b = cfg.minion_id(0, 0), cfg.minion_id(1, 0)
-    run = experiments.build_run(cfg, "stream", experiments.Flows(((a, b), (b, a)), nregs=32,
-                                                                 exchanges=3))
     names = counter_names(cfg)
     out = {}
 
@@ -305,7 +299,8 @@ def _stream_through_two_shires(window):
             ctx.set(dut.cfg_data, value)
             await ctx.tick()
         ctx.set(dut.cfg_we, 0)
-        for pulse, wait in (("ctl_init", "init_done"), ("ctl_start", "done")):
+        pulses = [("ctl_init", "init_done"), ("ctl_start", "done")]
+        for pulse, wait in pulses:
             ctx.set(getattr(dut, pulse), 1)
             await ctx.tick()
             ctx.set(getattr(dut, pulse), 0)
@@ -313,7 +308,17 @@ def _stream_through_two_shires(window):
                 await ctx.tick()
                 if ctx.get(getattr(dut, wait)) or ctx.get(dut.stuck):
                     break
-        for key in run["read"] + ["stuck", "overflow", "cycles"]:
+        keys = run["read"] + ["stuck", "overflow", "cycles"] + list(extra)
+        if ctx.get(dut.done):
+            ctx.set(dut.ctl_verify, 1)
+            await ctx.tick()
+            ctx.set(dut.ctl_verify, 0)
+            for _ in range(8000):
+                await ctx.tick()
+                if ctx.get(dut.verify_done):
+                    break
+            keys += run["verify"]
+        for key in keys:
             ctx.set(dut.rd_addr, names.index(key))
             await ctx.tick()
             out[key] = ctx.get(dut.rd_data)
@@ -323,6 +328,21 @@ def _stream_through_two_shires(window):
     sim.add_process(mesh_clock)
     sim.add_testbench(bench)
     sim.run()
+    return out
+
+
+def _stream_through_two_shires(window):
+    """Two one-minion shires pass 1 KB messages both ways (Amaranth's
+    simulator); returns the counters of the run."""
+    from sim.experiments import mesh as experiments
+
+    cfg = MeshConfig(compute_shires=2, mesh_cols=2, mesh_rows=1, placement=((0, 0), (1, 0)),
+                     neighbourhoods=1, minions_per_neighbourhood=1, send_window_flits=window,
+                     ack_flits=2, watchdog_cycles=3000)
+    a, b = cfg.minion_id(0, 0), cfg.minion_id(1, 0)
+    run = experiments.build_run(cfg, "stream", experiments.Flows(((a, b), (b, a)), nregs=32,
+                                                                 exchanges=3))
+    out = _simulate_mesh(cfg, run)
     assert out["stuck"] == 0 and out["overflow"] == 0, out
     for rx, tx in run["sum_pairs"]:
         assert out[rx] == out[tx] != 0
@@ -336,3 +356,93 @@ def test_send_window_holds_back_a_stream_and_loses_nothing():
     free = _stream_through_two_shires(0)
     held = _stream_through_two_shires(3)
     assert held["cycles"] > 2 * free["cycles"], (held["cycles"], free["cycles"])
+
+
+def _one_shire(**fields):
+    return MeshConfig(compute_shires=1, mesh_cols=1, mesh_rows=1, placement=((0, 0),),
+                      neighbourhoods=2, minions_per_neighbourhood=2, watchdog_cycles=2000,
+                      **fields)
+
+
+@pytest.mark.parametrize("members", [(0, 1, 2, 3), (1, 2, 3)])
+def test_barrier_passes_every_member_and_wakes_each_once(members):
+    """FLB plus credit barriers in a row: every member passes each barrier,
+    none passes early, and no register changes."""
+    from sim.experiments import mesh as experiments
+
+    cfg = _one_shire()
+    run = experiments.build_run(cfg, "barrier", experiments.Barrier(
+        tuple(cfg.minion_id(0, k) for k in members), exchanges=3))
+    out = _simulate_mesh(cfg, run)
+    assert out["stuck"] == 0 and out["overflow"] == 0, out
+    experiments.check_run(cfg, run, {"ended": "done", "counters": out, "checksums": out})
+    exits = sorted(out[f"s0.m{k}.first_rx"] for k in members)
+    lasts = sorted(out[f"s0.m{k}.last_rx"] for k in members)
+    # a barrier's exits all come after its last arrival, so the spread of one
+    # barrier's exits stays under the time between barriers
+    assert exits[-1] - exits[0] < lasts[0] - exits[-1], (exits, lasts)
+
+
+def test_barrier_with_a_missing_member_sleeps_and_is_named():
+    """A member that never arrives leaves the others asleep; the watchdog
+    stops the run and the report names the sleeping minions."""
+    from sim.experiments import mesh as experiments
+
+    cfg = _one_shire()
+    run = experiments.build_run(cfg, "short", experiments.Barrier(
+        (cfg.minion_id(0, 0), cfg.minion_id(0, 1)), exchanges=2))
+    # minion 2 is counted in the barrier's members but never runs
+    run["writes"] = [(a, v | 4 if a & 15 == EngineReg.BARRIER else v) for a, v in run["writes"]]
+    out = _simulate_mesh(cfg, run, extra=["s0.m0.state", "s0.m1.state"])
+    assert out["stuck"] == 1
+    with pytest.raises(experiments.ExperimentError, match="asleep waiting for a credit: "
+                                                          "s0.m0, s0.m1"):
+        experiments.check_run(cfg, run, {"ended": "stuck", "counters": out})
+
+
+def test_credit_ping_pong_round_trip_rises_with_distance():
+    """Credits cross the tree edge faster than the crossbar, and every credit
+    sent wakes its partner once."""
+    from sim.experiments import mesh as experiments
+
+    cfg = _one_shire()
+    rts = {}
+    for name, b in (("tree", 1), ("crossbar", 2)):
+        pp = experiments.CreditPingPong(cfg.minion_id(0, 0), cfg.minion_id(0, b), exchanges=4)
+        run = experiments.build_run(cfg, name, pp, meta={})
+        out = _simulate_mesh(cfg, run)
+        experiments.check_run(cfg, run, {"ended": "done", "counters": out, "checksums": out})
+        rts[name] = (out["s0.m0.last_rx"] - out["s0.m0.first_rx"]) / 3
+    assert 0 < rts["tree"] < rts["crossbar"], rts
+
+
+def test_two_barriers_in_one_shire_are_refused():
+    """A shire has one barrier counter: two barriers in it at once would count
+    each other's arrivals."""
+    from sim.experiments import mesh as experiments
+
+    cfg = _one_shire()
+    with pytest.raises(ValueError, match="barriers must be in different shires"):
+        experiments.build_run(cfg, "two", [
+            experiments.Barrier((cfg.minion_id(0, 0), cfg.minion_id(0, 1))),
+            experiments.Barrier((cfg.minion_id(0, 2), cfg.minion_id(0, 3)))])
+
+
+def test_runs_without_credits_write_no_credit_registers():
+    """Credit and barrier registers are written only where a run sets them or
+    an earlier run did, so other runs' writes are unchanged."""
+    from sim.experiments import mesh as experiments
+
+    cfg = _one_shire()
+    a, b = cfg.minion_id(0, 0), cfg.minion_id(0, 2)
+    dirty = set()
+    regs = lambda run: {addr & 15 for addr, _ in run["writes"]  # noqa: E731
+                        if not addr & experiments.GLOBAL}
+    first = experiments.build_run(cfg, "msg", experiments.PingPong(a, b), dirty)
+    assert not regs(first) & {EngineReg.CREDIT, EngineReg.BARRIER}
+    experiments.build_run(cfg, "credit", experiments.CreditPingPong(a, b), dirty)
+    again = experiments.build_run(cfg, "msg", experiments.PingPong(a, b), dirty)
+    assert {(addr >> 4, addr & 15, v) for addr, v in again["writes"]} >= {
+        (a, EngineReg.CREDIT, 0), (b, EngineReg.CREDIT, 0)}
+    last = experiments.build_run(cfg, "msg", experiments.PingPong(a, b), dirty)
+    assert not regs(last) & {EngineReg.CREDIT, EngineReg.BARRIER}

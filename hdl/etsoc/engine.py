@@ -35,6 +35,24 @@ wraps goes out too, so no count waits more than 16 cycles.
 Near partners' ACKs return before the window fills; beyond a few hops the
 sender waits for them.  Tree messages use no window.
 
+Credit counters and the shire barrier (seed 002, "Every primitive, against a
+GPU": "credit counters that let a core sleep until another core signals it,
+and barrier counters in every shire"; "What it means": "a 32-minion FLB plus
+credit barrier").  Every engine holds a credit counter that a ``CREDIT`` flit
+from any minion raises by one.  In a credit run (register ``CREDIT``) the
+engine sends ``TX_COUNT`` credits to ``TX_PEER``, each through the TensorSend
+issue stage, and sleeps ``RX_COUNT`` times until its counter is nonzero; a wake
+takes the TensorRecv completion latency and takes one credit.  ``COUPLE`` pairs
+sends with wakes as it pairs messages, so a PING/PONG pair measures a credit
+round trip.  In a barrier run (register ``BARRIER``, a mask of the shire's
+minions taking part) the engine passes ``TX_COUNT`` barriers in a row: each
+sends ``FLB`` (a fast-local-barrier arrival carrying the mask's population) to
+its shire's :class:`~hdl.etsoc.shire.ShireBarrier`, whose answer says whether
+it arrived last.  The last sends ``CREDIT_MCAST`` with the other members' mask,
+and the barrier unit hands each of them a credit; the others sleep until that
+credit arrives.  Credit and barrier flits are one-flit control messages on the
+response channel, which engines always take in.
+
 Register data is real: at ``ctl_init`` every register is filled with
 :func:`register_word`, and at ``ctl_verify`` the engine sums its register file
 into :attr:`MinionEngine.o_checksum` (see :func:`checksum`), which the
@@ -62,6 +80,11 @@ class MsgKind(enum.IntEnum):
     DATA = 1   #: register data, ``addr`` = flit index in the message (request VC)
     READY = 2  #: receive posted, sender may send (response VC)
     ACK = 3    #: receiver to sender: ``data[0:8]`` message flits taken in (response VC)
+    CREDIT = 4  #: raise the destination's credit counter by one (response VC)
+    FLB = 5    #: barrier arrival to the shire's barrier unit, ``data[0:6]`` members (response VC)
+    FLB_RESULT = 6  #: barrier unit to an arriving minion, ``data[0]`` = arrived last (response VC)
+    CREDIT_MCAST = 7  #: to the shire's barrier unit: a credit to each minion of
+    #: ``data[0:32]`` (response VC)
 
 
 class Couple(enum.IntEnum):
@@ -85,6 +108,8 @@ class EngineReg(enum.IntEnum):
     TX_PEER2 = 7  #: ``{enable, minion[9:0]}``: odd-numbered messages go here instead
     RX_PEER2 = 8  #: ``{enable, minion[9:0]}``: odd-numbered messages come from here
     TREE = 9      #: tree levels (10-bit mask, bit ``L`` = level ``L``); nonzero: a tree run
+    CREDIT = 10   #: nonzero: a credit run (TX_COUNT credits to TX_PEER, RX_COUNT waits)
+    BARRIER = 11  #: mask of the shire's minions in the barrier (32 bits); nonzero: a barrier run
 
 
 def register_word(minion, word, flit_bytes=16):
@@ -194,7 +219,8 @@ class MinionEngine(wiring.Component):
     o_req : Out(stream.Signature(flit_layout))
         Header and data flits (request VC).
     o_rsp : Out(stream.Signature(flit_layout))
-        READY and ACK flits (response VC); an owed ACK goes first.
+        READY, ACK and control flits (``CREDIT``, ``FLB``, ``CREDIT_MCAST``;
+        response VC); an owed ACK goes first, then a control flit.
     i_req, i_rsp : In(stream.Signature(flit_layout))
         Arriving flits of each VC.
     o_done : Out(1)
@@ -222,6 +248,16 @@ class MinionEngine(wiring.Component):
         ``{valid, source[9:0]}`` of a second READY waiting behind it.
     o_tx_sum, o_rx_sum : Out(32)
         :func:`flit_sum` over the data flits sent and received this run.
+    o_sleeping : Out(1)
+        Asleep in a credit wait with no credit yet (for stuck reports).
+    o_credits : Out(16)
+        Credits received and not yet taken by a wake (0 at the end of a
+        correct run).
+
+    In a credit run ``o_tx_msgs`` counts credits sent and ``o_rx_msgs``
+    wakes; in a barrier run ``o_tx_msgs`` counts barriers passed.
+    ``o_first_rx`` / ``o_last_rx`` stamp wakes (barrier exits) as they stamp
+    receives.
     """
 
     def __init__(self, *, minion, flit_layout, registers=32, flits_per_register=2):
@@ -242,7 +278,8 @@ class MinionEngine(wiring.Component):
             "o_first_rx": Out(32), "o_last_rx": Out(32),
             "o_checksum": Out(32), "o_errors": Out(16),
             "o_ready_from": Out(11), "o_blocked_ready": Out(11),
-            "o_tx_sum": Out(32), "o_rx_sum": Out(32),
+            "o_tx_sum": Out(32), "o_rx_sum": Out(32), "o_sleeping": Out(1),
+            "o_credits": Out(16),
         })
 
     def elaborate(self, platform):
@@ -264,13 +301,17 @@ class MinionEngine(wiring.Component):
         op = Signal(2)
         couple = Signal(2)
         tree_levels = Signal(10)
+        credit_reg = Signal()
+        barrier_mask = Signal(32)
         with m.If(self.i_we):
             with m.Switch(self.i_reg):
                 for reg, sig in ((EngineReg.TX_PEER, tx_peer1), (EngineReg.RX_PEER, rx_peer1),
                                  (EngineReg.TX_PEER2, tx_peer2), (EngineReg.RX_PEER2, rx_peer2),
                                  (EngineReg.TX_COUNT, tx_count), (EngineReg.RX_COUNT, rx_count),
                                  (EngineReg.NREGS, nregs), (EngineReg.OP, op),
-                                 (EngineReg.COUPLE, couple), (EngineReg.TREE, tree_levels)):
+                                 (EngineReg.COUPLE, couple), (EngineReg.TREE, tree_levels),
+                                 (EngineReg.CREDIT, credit_reg),
+                                 (EngineReg.BARRIER, barrier_mask)):
                     with m.Case(reg):
                         m.d.sync += sig.eq(self.i_data)
 
@@ -293,6 +334,12 @@ class MinionEngine(wiring.Component):
         up_bit = Signal(10)     # one-hot level at which this minion sends up; 0 at the root
         below = Signal(10)      # levels at which it receives from a child
         m.d.comb += tree.eq(tree_levels.any())
+        barrier_run = Signal()
+        credit_run = Signal()
+        msg_run = Signal()      # TensorSend / TensorRecv messages
+        m.d.comb += [barrier_run.eq(~tree & barrier_mask.any()),
+                     credit_run.eq(~tree & ~barrier_run & credit_reg),
+                     msg_run.eq(~tree & ~barrier_run & ~credit_run)]
         mine = tree_levels & me
         m.d.comb += up_bit.eq(mine & (~mine + 1)[:10])
         m.d.comb += below.eq(Mux(up_bit.any(), tree_levels & (up_bit - 1)[:10], tree_levels))
@@ -336,8 +383,7 @@ class MinionEngine(wiring.Component):
         ready_valid = Signal()
         ready_src = Signal(10)
         m.d.comb += [
-            self.i_rsp.ready.eq((self.i_rsp.payload.kind == MsgKind.ACK)
-                                | (~ready_valid & (self.i_rsp.payload.kind == MsgKind.READY))),
+            self.i_rsp.ready.eq((self.i_rsp.payload.kind != MsgKind.READY) | ~ready_valid),
             self.o_ready_from.eq(Cat(ready_src, ready_valid)),
             self.o_blocked_ready.eq(Cat(self.i_rsp.payload.src, self.i_rsp.valid & ready_valid
                                         & (self.i_rsp.payload.kind == MsgKind.READY))),
@@ -399,7 +445,7 @@ class MinionEngine(wiring.Component):
         m.d.comb += rd_tx.addr.eq(tx_word)
         with m.FSM(name="tx"):
             with m.State("IDLE"):
-                with m.If(running & tx_more & couple_ok
+                with m.If(running & (tree | msg_run) & tx_more & couple_ok
                           & (tree | (ready_valid & (ready_src == tx_peer)))):
                     m.d.comb += use_ready.eq(~tree)
                     m.d.sync += send_wait.eq(self.i_send_cycles)
@@ -432,15 +478,23 @@ class MinionEngine(wiring.Component):
         ack_valid = Signal()
         owed = Signal(8)          # flits taken in from ack_to, not yet acknowledged
         ack_to = Signal(10)
-        m.d.comb += [self.o_rsp.valid.eq(ready_out | ack_valid),
-                     self.o_rsp.payload.kind.eq(Mux(ack_valid, MsgKind.ACK, MsgKind.READY)),
+        ctl_valid = Signal()     # a control flit (credit, barrier) waiting to go
+        ctl_kind = Signal(3)
+        ctl_dst = Signal(10)
+        ctl_data = Signal(32)
+        m.d.comb += [self.o_rsp.valid.eq(ready_out | ack_valid | ctl_valid),
+                     self.o_rsp.payload.kind.eq(Mux(ack_valid, MsgKind.ACK,
+                                                    Mux(ctl_valid, ctl_kind, MsgKind.READY))),
                      self.o_rsp.payload.vc.eq(VC.RSP),
                      self.o_rsp.payload.src.eq(self.minion),
-                     self.o_rsp.payload.dst.eq(Mux(ack_valid, ack_to, rx_peer)),
-                     self.o_rsp.payload.data.eq(Mux(ack_valid, owed, 0)),
+                     self.o_rsp.payload.dst.eq(Mux(ack_valid, ack_to,
+                                                   Mux(ctl_valid, ctl_dst, rx_peer))),
+                     self.o_rsp.payload.data.eq(Mux(ack_valid, owed,
+                                                    Mux(ctl_valid, ctl_data, 0))),
                      self.o_rsp.payload.last.eq(1)]
         ack_sent = ack_valid & self.o_rsp.ready
-        with m.If(self.o_rsp.valid & self.o_rsp.ready & ~ack_valid):
+        ctl_sent = ~ack_valid & ctl_valid & self.o_rsp.ready
+        with m.If(self.o_rsp.ready & ~ack_valid & ~ctl_valid):
             m.d.sync += ready_out.eq(0)
         rx_op = Signal(2)
         rx_flits = Signal(10)
@@ -456,7 +510,7 @@ class MinionEngine(wiring.Component):
         m.d.sync += c_valid.eq(0)
         with m.FSM(name="rx"):
             with m.State("IDLE"):
-                with m.If(running & ~tree & (rx_done < rx_count)):
+                with m.If(running & msg_run & (rx_done < rx_count)):
                     m.d.sync += ready_out.eq(1)
                     m.next = "HEAD"
             with m.State("HEAD"):
@@ -487,7 +541,8 @@ class MinionEngine(wiring.Component):
         # A flit from a minion that is not the receive's partner is a protocol
         # error: it is consumed and counted, never written.
         stray = Signal()
-        with m.If(self.i_req.valid & running & ~tree & (arriving.src != rx_peer)):
+        with m.If(self.i_req.valid & running & ~tree
+                  & (~msg_run | (arriving.src != rx_peer))):
             m.d.comb += [self.i_req.ready.eq(1), stray.eq(1)]
             m.d.sync += self.o_errors.eq(self.o_errors + 1)
 
@@ -559,6 +614,100 @@ class MinionEngine(wiring.Component):
                 with m.If(up_in | ~children.any()):
                     m.d.sync += self.o_first_rx.eq(self.i_now)
 
+        # --- credit counter, credit runs and the shire barrier -------------------
+        rsp_kind = self.i_rsp.payload.kind
+        take_credit = self.i_rsp.valid & (rsp_kind == MsgKind.CREDIT)
+        take_result = self.i_rsp.valid & (rsp_kind == MsgKind.FLB_RESULT)
+        credits = self.o_credits
+        credit_used = Signal()
+        with m.If(self.i_start):
+            m.d.sync += credits.eq(0)
+        with m.Else():
+            m.d.sync += credits.eq(credits + take_credit - credit_used)
+        with m.If(ctl_sent):
+            m.d.sync += ctl_valid.eq(0)
+        members = Signal(6)
+        m.d.comb += members.eq(sum(barrier_mask[k] for k in range(32)))
+        others = barrier_mask & ~Const(1 << (self.minion & 31), 32)
+        ctl_wait = Signal(8)
+        woke = Signal()          # a wake finished this cycle (progress for the watchdog)
+
+        def load(kind, dst, data):
+            m.d.sync += [ctl_valid.eq(1), ctl_kind.eq(kind), ctl_dst.eq(dst), ctl_data.eq(data)]
+
+        def stamp(first):
+            m.d.sync += self.o_last_rx.eq(self.i_now)
+            with m.If(first):
+                m.d.sync += self.o_first_rx.eq(self.i_now)
+
+        def wake(wait, count):
+            """In a WAKE state: count the wake latency down, then count the wake."""
+            with m.If(wait != 0):
+                m.d.sync += wait.eq(wait - 1)
+            with m.Else():
+                m.d.comb += woke.eq(1)
+                m.d.sync += count.eq(count + 1)
+                stamp(count == 0)
+                m.next = "IDLE"
+
+        with m.FSM(name="ctl") as ctl_fsm:
+            with m.State("IDLE"):
+                with m.If(running & barrier_run & (tx_sent < tx_count)):
+                    m.d.sync += ctl_wait.eq(self.i_send_cycles)
+                    m.next = "FLB_ISSUE"
+                with m.Elif(running & credit_run & (tx_sent < tx_count) & couple_ok):
+                    m.d.sync += ctl_wait.eq(self.i_send_cycles)
+                    m.next = "CREDIT_ISSUE"
+            with m.State("CREDIT_ISSUE"):
+                with m.If(ctl_wait != 0):
+                    m.d.sync += ctl_wait.eq(ctl_wait - 1)
+                with m.Elif(~ctl_valid | ctl_sent):
+                    load(MsgKind.CREDIT, tx_peer, 0)
+                    m.d.sync += tx_sent.eq(tx_sent + 1)
+                    m.next = "IDLE"
+            with m.State("FLB_ISSUE"):
+                with m.If(ctl_wait != 0):
+                    m.d.sync += ctl_wait.eq(ctl_wait - 1)
+                with m.Elif(~ctl_valid | ctl_sent):
+                    load(MsgKind.FLB, me, members)
+                    m.next = "FLB_RESULT"
+            with m.State("FLB_RESULT"):
+                with m.If(take_result & self.i_rsp.payload.data[0]):
+                    m.d.sync += ctl_wait.eq(self.i_send_cycles)
+                    m.next = "MCAST"
+                with m.Elif(take_result):
+                    m.next = "SLEEP"
+            with m.State("MCAST"):
+                # the last to arrive wakes the others through the barrier unit
+                with m.If(ctl_wait != 0):
+                    m.d.sync += ctl_wait.eq(ctl_wait - 1)
+                with m.Elif(~ctl_valid | ctl_sent):
+                    load(MsgKind.CREDIT_MCAST, me, others)
+                    m.d.sync += tx_sent.eq(tx_sent + 1)
+                    stamp(tx_sent == 0)
+                    m.next = "IDLE"
+            with m.State("SLEEP"):
+                with m.If(credits != 0):
+                    m.d.comb += credit_used.eq(1)
+                    m.d.sync += ctl_wait.eq(self.i_recv_cycles)
+                    m.next = "WAKE"
+            with m.State("WAKE"):
+                wake(ctl_wait, tx_sent)
+        # a credit run's waits: sleep until a credit is in, wake, take it
+        wake_wait = Signal(8)
+        with m.FSM(name="credit_wait") as wait_fsm:
+            with m.State("IDLE"):
+                with m.If(running & credit_run & (rx_done < rx_count) & (credits != 0)):
+                    m.d.comb += credit_used.eq(1)
+                    m.d.sync += wake_wait.eq(self.i_recv_cycles)
+                    m.next = "WAKE"
+            with m.State("WAKE"):
+                wake(wake_wait, rx_done)
+        m.d.comb += self.o_sleeping.eq(
+            running & (credits == 0)
+            & (ctl_fsm.ongoing("SLEEP") | (credit_run & (rx_done < rx_count)
+                                           & wait_fsm.ongoing("IDLE"))))
+
         combined = Signal(width)
         for i in range(lanes):
             a = rd_rx.data.word_select(i, LANE_BITS)
@@ -621,9 +770,10 @@ class MinionEngine(wiring.Component):
         rx_finished = Mux(tree, t_up_done & t_down_done, rx_done >= rx_count)
         m.d.comb += [
             # done once every flit sent is acknowledged and every ACK owed is out
-            self.o_done.eq(running & ~tx_more & rx_finished & (in_flight == 0) & (owed == 0)),
+            self.o_done.eq(running & ~tx_more & rx_finished & (in_flight == 0) & (owed == 0)
+                           & ctl_fsm.ongoing("IDLE") & ~ctl_valid),
             self.o_progress.eq((self.o_req.valid & self.o_req.ready)
                                | (self.i_req.valid & self.i_req.ready) | take_ready
-                               | take_ack | ack_sent),
+                               | take_ack | ack_sent | ctl_sent | take_credit | take_result | woke),
         ]
         return m

@@ -155,7 +155,9 @@ ENGINE_COUNTERS = ("tx_msgs", "rx_msgs", "first_rx", "last_rx", "checksum", "err
 def counter_names(cfg):
     """Names of the readable counters, in ``rd_addr`` order.
 
-    ``s<shire>.m<k>.state`` packs, low bit first: done, init_done, verify_done.
+    ``s<shire>.m<k>.state`` packs, low bit first: done, init_done, verify_done,
+    sleeping (in a credit wait with no credit); bits 8 to 23 hold the credits
+    received and not yet taken.
     ``ready_from`` / ``blocked_ready`` are ``{valid, source[9:0]}``;
     ``tx_sum`` / ``rx_sum`` are :func:`~hdl.etsoc.engine.flit_sum` totals.
     """
@@ -323,7 +325,8 @@ class EtSocMesh(wiring.Component):
         for e in engines:
             values += [e.o_tx_msgs, e.o_rx_msgs, e.o_first_rx, e.o_last_rx, e.o_checksum,
                        e.o_errors, e.o_ready_from, e.o_blocked_ready,
-                       Cat(e.o_done, e.o_init_done, e.o_verify_done), e.o_tx_sum, e.o_rx_sum]
+                       Cat(e.o_done, e.o_init_done, e.o_verify_done, e.o_sleeping,
+                           Const(0, 4), e.o_credits), e.o_tx_sum, e.o_rx_sum]
         with m.Switch(self.rd_addr):
             for i, v in enumerate(values):
                 with m.Case(i):

@@ -6,20 +6,103 @@ neighbourhood the reduction-tree edges of levels 0-2 form the fast network;
 every other message inside the shire, and every message to or from the mesh,
 goes through the shire crossbar, which also holds the shire's single mesh
 port ("Minion 31 of each shire gives the same numbers as minion 0, so each
-shire meets the mesh at a single point").
+shire meets the mesh at a single point").  The shire's barrier unit
+(:class:`ShireBarrier`) hangs off the crossbar too.
 """
 
-from amaranth import Const, Module
-from amaranth.lib import wiring
+from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..common.credit import CreditLink, LinkDelay, StreamToLink, VcInputBuffer
 from ..common.flit import VC
 from ..common.switch import CreditSwitch
 from .config import tree_edge
-from .engine import MinionEngine
+from .engine import MinionEngine, MsgKind
 
-__all__ = ["Shire"]
+__all__ = ["Shire", "ShireBarrier"]
+
+
+def is_barrier_unit_flit(flit):
+    """True for the flit kinds addressed to a shire's :class:`ShireBarrier`
+    (their ``dst`` names a minion of that shire; the kind selects the unit)."""
+    return (flit.kind == MsgKind.FLB) | (flit.kind == MsgKind.CREDIT_MCAST)
+
+
+class ShireBarrier(wiring.Component):
+    """A shire's fast-local-barrier counter and credit fan-out (seed 002,
+    "barrier counters in every shire"; "What it means": "a 32-minion FLB plus
+    credit barrier").  Clock: minion clock (600 MHz).
+
+    One flit in or out per cycle, on the response channel:
+
+    * ``FLB`` (``data[0:6]`` = members) raises the count; the arriving minion
+      gets ``FLB_RESULT`` with ``data[0]`` = 1 when the count reached the
+      members (the count then starts again from 0), else 0.
+    * ``CREDIT_MCAST`` (``data[0:32]`` = a mask of the shire's minions) sends
+      one ``CREDIT`` to each minion of the mask, lowest first, one per cycle;
+      no flit is taken in meanwhile.
+
+    The chip has several barrier counters per shire; the model has one, so
+    barriers in one shire do not overlap.
+
+    Parameters
+    ----------
+    shire : int
+        Logical shire ID; credits go to ``shire << 5 | k``.
+    flit_layout : StructLayout
+        Flit layout (``node_bits`` 10).
+
+    Members
+    -------
+    i : In(stream.Signature(flit_layout))
+        ``FLB`` and ``CREDIT_MCAST`` flits; any other kind is dropped and counted.
+    o : Out(stream.Signature(flit_layout))
+        ``FLB_RESULT`` and ``CREDIT`` flits.
+    o_errors : Out(8)
+        Flits of another kind taken in (saturates at 255).
+    """
+
+    def __init__(self, *, shire, flit_layout):
+        self.shire = shire
+        self.flit_layout = flit_layout
+        flit = stream.Signature(flit_layout)
+        super().__init__({"i": In(flit), "o": Out(flit), "o_errors": Out(8)})
+
+    def elaborate(self, platform):
+        m = Module()
+        count = Signal(6)
+        fan = Signal(32)
+        fan_src = Signal(10)
+        flit = self.i.payload
+        free = ~self.o.valid | self.o.ready
+        with m.If(self.o.ready):
+            m.d.sync += self.o.valid.eq(0)
+        out = self.o.payload
+        common = [out.vc.eq(VC.RSP), out.last.eq(1), out.addr.eq(0)]
+        lowest = Signal(5)
+        for k in reversed(range(32)):
+            with m.If(fan[k]):
+                m.d.comb += lowest.eq(k)
+        with m.If(fan.any()):
+            with m.If(free):
+                m.d.sync += [self.o.valid.eq(1), out.kind.eq(MsgKind.CREDIT), out.src.eq(fan_src),
+                             out.dst.eq(Cat(lowest, Const(self.shire, 5))), out.data.eq(0),
+                             fan.eq(fan & (fan - 1))] + common
+        with m.Else():
+            m.d.comb += self.i.ready.eq(free)
+            with m.If(self.i.valid & free):
+                with m.If(flit.kind == MsgKind.FLB):
+                    last = (count + 1)[:6] == flit.data[:6]
+                    m.d.sync += [count.eq(Mux(last, 0, count + 1)),
+                                 self.o.valid.eq(1), out.kind.eq(MsgKind.FLB_RESULT),
+                                 out.src.eq(flit.dst), out.dst.eq(flit.src),
+                                 out.data.eq(last)] + common
+                with m.Elif(flit.kind == MsgKind.CREDIT_MCAST):
+                    m.d.sync += [fan.eq(flit.data[:32]), fan_src.eq(flit.src)]
+                with m.Elif(self.o_errors != 255):
+                    m.d.sync += self.o_errors.eq(self.o_errors + 1)
+        return m
 
 
 class Shire(wiring.Component):
@@ -43,7 +126,8 @@ class Shire(wiring.Component):
     i_mesh : In(CreditLink(flit_layout))
         Flits from the mesh.
     o_overflow : Out(1)
-        Sticky: some buffer overflowed (credit protocol broken).
+        Sticky: some buffer overflowed (credit protocol broken), or the
+        barrier unit was sent a flit it does not handle.
     i_send_cycles, i_recv_cycles : In(8)
         Engine latencies, to every engine (see :class:`MinionEngine`).
     i_tree_cycles : In(8)
@@ -104,7 +188,7 @@ class Shire(wiring.Component):
                     return mpn
                 a = Const(i, lbits)
                 pair = (a * mpn + dst_local[:lbits]) if lbits else 0
-                fast = same & edges.bit_select(pair, 1)
+                fast = same & edges.bit_select(pair, 1) & ~is_barrier_unit_flit(flit)
                 return fast.as_unsigned() * dst_local[:lbits] + (~fast).as_unsigned() * mpn
 
             switch = CreditSwitch(flit_layout=layout, n_in=mpn + 1, n_out=mpn + 1, route=nb_route,
@@ -140,9 +224,10 @@ class Shire(wiring.Component):
         def xbar_route(m, flit, i):
             here = flit.dst[5:10] == self.shire
             nb_of = flit.dst[:5] // mpn if nbs > 1 else 0
-            return here.as_unsigned() * nb_of + (~here).as_unsigned() * nbs
+            return Mux(here, Mux(is_barrier_unit_flit(flit), nbs + 1, nb_of), nbs)
 
-        xbar = CreditSwitch(flit_layout=layout, n_in=nbs + 1, n_out=nbs + 1, route=xbar_route,
+        # crossbar ports: 0..nbs-1 neighbourhoods, nbs the mesh, nbs+1 the barrier unit
+        xbar = CreditSwitch(flit_layout=layout, n_in=nbs + 2, n_out=nbs + 2, route=xbar_route,
                             depth=depth, out_credits=depth)
         m.submodules.xbar = xbar
         overflow.append(xbar.o_overflow)
@@ -156,5 +241,22 @@ class Shire(wiring.Component):
             wiring.connect(m, down.o, switch.i[mpn])
         wiring.connect(m, xbar.o[nbs], wiring.flipped(self.o_mesh))
         wiring.connect(m, wiring.flipped(self.i_mesh), xbar.i[nbs])
+        barrier = ShireBarrier(shire=self.shire, flit_layout=layout)
+        m.submodules.barrier = barrier
+        barrier_in = VcInputBuffer(flit_layout=layout, depth=depth)
+        barrier_out = StreamToLink(flit_layout=layout, credits=depth)
+        m.submodules.barrier_in = barrier_in
+        m.submodules.barrier_out = barrier_out
+        wiring.connect(m, xbar.o[nbs + 1], barrier_in.i)
+        wiring.connect(m, barrier_in.o[VC.RSP], barrier.i)
+        # nothing routes requests here; one that arrives is dropped and counted
+        m.d.comb += barrier_in.o[VC.REQ].ready.eq(1)
+        wiring.connect(m, barrier.o, barrier_out.i[VC.RSP])
+        m.d.comb += barrier_out.i[VC.REQ].valid.eq(0)
+        wiring.connect(m, barrier_out.o, xbar.i[nbs + 1])
+        stray = Signal()
+        with m.If(barrier_in.o[VC.REQ].valid):
+            m.d.sync += stray.eq(1)
+        overflow += [barrier_in.o_overflow, barrier.o_errors.any(), stray]
         m.d.comb += self.o_overflow.eq(sum(o.as_unsigned() for o in overflow) != 0)
         return m

@@ -24,7 +24,7 @@ from hdl.etsoc.mesh import GLOBAL, counter_names, mesh_registers
 from sim.fit import error_pct
 
 __all__ = ["ExperimentError", "EXPERIMENTS", "PingPong", "OneWay", "Cell", "Cells", "Tree",
-           "Flows", "Part", "reference", "build_config", "build_parts", "build_runs",
+           "Flows", "CreditPingPong", "Barrier", "Part", "reference", "build_config", "build_parts", "build_runs",
            "build_run", "plan", "analyse", "check_run", "minion_name", "expected_checksums",
            "pairs_runs", "sample_pairs"]
 
@@ -70,6 +70,38 @@ class OneWay(_Exchange):
     """Minion ``a`` streams ``exchanges`` messages of ``nregs`` registers to ``b``;
     ``b`` posts its next receive as soon as the last one retires (seed 002,
     "Message size and bandwidth")."""
+
+
+@dataclass(frozen=True)
+class CreditPingPong(_Exchange):
+    """Minion ``a`` sends a credit to ``b`` and sleeps until ``b``'s comes back;
+    ``b`` sleeps until ``a``'s arrives, then sends its own, ``exchanges`` times
+    (seed 002, "Latency grows with distance, except through memory": credit
+    round trips).  No register data move (``nregs`` and ``op`` are unused)."""
+
+
+@dataclass(frozen=True)
+class Barrier:
+    """``members`` (global minion indices, all of one shire) pass ``exchanges``
+    FLB plus credit barriers in a row: each arrives at the shire's barrier
+    counter, the last to arrive sends a credit to every other member, and the
+    others sleep until their credit comes (seed 002, "What it means": "a
+    32-minion FLB plus credit barrier is 233 cycles")."""
+
+    members: tuple
+    exchanges: int = 8
+
+    @property
+    def mask(self):
+        return sum(1 << (g & 31) for g in self.members)
+
+    @property
+    def a(self):
+        return self.members[0]
+
+    @property
+    def b(self):
+        return self.members[-1]
 
 
 @dataclass(frozen=True)
@@ -233,9 +265,12 @@ def expected_checksums(cfg, pp):
     must end with (messages arrive in order, a ping-pong alternates, a layout
     follows its ``order``, a tree leaves every member with the combine of
     all; a layout without an order is expected to hang, and :class:`Flows`
-    are checked by their transfer sums, so both have none)."""
+    are checked by their transfer sums, so both have none; credits and
+    barriers move no register data, so their members' files stay as filled)."""
     if isinstance(pp, Flows):
         return {}
+    if isinstance(pp, (CreditPingPong, Barrier)):
+        return {g: checksum(_regs(g, cfg), cfg.flit_bytes) for g in _members(pp)}
     if isinstance(pp, Tree):
         members = pp.members
         regs = {g: _regs(g, cfg) for g in members}
@@ -270,6 +305,8 @@ def _members(pp):
         return list(pp.members)
     if isinstance(pp, Flows):
         return list(dict.fromkeys(g for pair in pp.pairs for g in pair))
+    if isinstance(pp, Barrier):
+        return list(pp.members)
     return [pp.a, pp.b]
 
 
@@ -277,7 +314,8 @@ def build_run(cfg, label, programs, dirty=None, meta=None):
     """Register writes of one run, the counters to read and the checksums expected.
 
     ``programs`` is a :class:`PingPong`, :class:`OneWay`, :class:`Cells`,
-    :class:`Tree` or :class:`Flows`, or a list of them running at the same
+    :class:`Tree`, :class:`Flows`, :class:`CreditPingPong` or
+    :class:`Barrier`, or a list of them running at the same
     time on distinct minions; ``meta`` (a dict, or a list
     with one dict per program) is kept with each program for analysis.
     ``dirty`` is the set of minions programmed by the previous run (cleared
@@ -286,10 +324,11 @@ def build_run(cfg, label, programs, dirty=None, meta=None):
     Raises
     ------
     ValueError
-        If a minion is not built or used twice, or ``nregs`` or ``op`` is out
-        of range; the message names the field and the allowed values.
+        If a minion is not built or used twice, a barrier's members are not of
+        one shire, or ``nregs`` or ``op`` is out of range; the message names
+        the field and the allowed values.
     """
-    if isinstance(programs, (_Exchange, Cells, Tree, Flows)):
+    if isinstance(programs, (_Exchange, Cells, Tree, Flows, Barrier)):
         programs, meta = [programs], [meta or {}]
     meta = meta if isinstance(meta, list) else [meta or {}] * len(programs)
     if len(meta) != len(programs):
@@ -301,6 +340,17 @@ def build_run(cfg, label, programs, dirty=None, meta=None):
                                          and pp.base & pp.levels == 0):
             raise ValueError(f"levels must be a mask of tree levels 0-9 (1 to 1023) sharing no "
                              f"bit with base ({pp.base}), not {pp.levels!r}")
+    for pp in programs:
+        if isinstance(pp, Barrier) and not (
+                isinstance(pp.members, tuple) and pp.members
+                and all(isinstance(g, int) and not isinstance(g, bool) for g in pp.members)
+                and len({g >> 5 for g in pp.members}) == 1):
+            raise ValueError(f"members must be a non-empty tuple of global minion indices of "
+                             f"one shire, not {pp.members!r}")
+    barrier_shires = [pp.members[0] >> 5 for pp in programs if isinstance(pp, Barrier)]
+    if len(set(barrier_shires)) != len(barrier_shires):
+        raise ValueError(f"barriers must be in different shires within a run (a shire has one "
+                         f"barrier counter), not two in shire {barrier_shires}")
     used = [g for pp in programs for g in _members(pp)]
     partners = [g for pp in programs if isinstance(pp, Cells) for c in pp.cells
                 for g in c.tx + c.rx]
@@ -317,6 +367,11 @@ def build_run(cfg, label, programs, dirty=None, meta=None):
     if len(set(used)) != len(used):
         raise ValueError(f"minions must be distinct within a run, not {sorted(used)}")
     for pp in programs:
+        if not (isinstance(pp.exchanges, int) and 2 <= pp.exchanges <= 65535):
+            raise ValueError(f"exchanges must be an integer from 2 to 65535, "
+                             f"not {pp.exchanges!r}")
+        if isinstance(pp, Barrier):
+            continue
         most = cfg.registers if isinstance(pp, Tree) else 127
         if not (isinstance(pp.nregs, int) and 1 <= pp.nregs <= most):
             # a tree message that wrapped past f31 would combine a word twice
@@ -326,13 +381,26 @@ def build_run(cfg, label, programs, dirty=None, meta=None):
         if not isinstance(pp.op, int) or isinstance(pp.op, bool) \
                 or pp.op not in range(len(COMBINE_OPS)) or COMBINE_OPS[pp.op] not in ops:
             raise ValueError(f"op must be one of {', '.join(ops)}, not {pp.op!r}")
-        if not (isinstance(pp.exchanges, int) and 2 <= pp.exchanges <= 65535):
-            raise ValueError(f"exchanges must be an integer from 2 to 65535, "
-                             f"not {pp.exchanges!r}")
     writes = [(GLOBAL | reg, value) for reg, value in mesh_registers(cfg).items()]
-    for gid in sorted(dirty - set(used)):
-        writes += [(gid << 4 | EngineReg.TX_COUNT, 0), (gid << 4 | EngineReg.RX_COUNT, 0),
-                   (gid << 4 | EngineReg.TREE, 0)]
+    # CREDIT and BARRIER are written only where a run sets them, or a run before
+    # did, so other runs keep their register writes (and with them the phase of
+    # the two clocks at the start).
+    minions = {g for g in dirty if isinstance(g, int)}
+    controlled = {g[1] for g in dirty if isinstance(g, tuple)}
+    for gid in sorted(minions - set(used)):
+        writes += [(gid << 4 | reg, 0) for reg in (EngineReg.TX_COUNT, EngineReg.RX_COUNT,
+                                                   EngineReg.TREE)]
+    for gid in sorted(controlled - set(used)):
+        writes += [(gid << 4 | EngineReg.CREDIT, 0), (gid << 4 | EngineReg.BARRIER, 0)]
+    now_controlled = set()
+
+    def control(gid, credit=0, barrier=0):
+        """CREDIT and BARRIER writes of ``gid``, where needed."""
+        if credit or barrier:
+            now_controlled.add(gid)
+        if credit or barrier or gid in controlled:
+            return [(EngineReg.CREDIT, credit), (EngineReg.BARRIER, barrier)]
+        return []
     counts, expect, sum_pairs = {}, {}, []
     for pp in programs:
         n = pp.exchanges
@@ -343,7 +411,7 @@ def build_run(cfg, label, programs, dirty=None, meta=None):
                                    (EngineReg.NREGS, pp.nregs), (EngineReg.OP, pp.op),
                                    (EngineReg.COUPLE, Couple.NONE),
                                    (EngineReg.TX_PEER2, 0), (EngineReg.RX_PEER2, 0),
-                                   (EngineReg.TREE, pp.levels)):
+                                   (EngineReg.TREE, pp.levels), *control(me)):
                     writes.append((me << 4 | reg, int(value)))
                 messages = len(children) + (parent is not None)
                 counts[f"{minion_name(me)}.tx_msgs"] = messages
@@ -351,7 +419,18 @@ def build_run(cfg, label, programs, dirty=None, meta=None):
             expect.update({f"{minion_name(g)}.checksum": v
                            for g, v in expected_checksums(cfg, pp).items()})
             continue
-        if isinstance(pp, PingPong):
+        if isinstance(pp, Barrier):
+            for me in pp.members:
+                for reg, value in ((EngineReg.TX_COUNT, n), (EngineReg.RX_COUNT, 0),
+                                   (EngineReg.COUPLE, Couple.NONE), (EngineReg.TREE, 0),
+                                   *control(me, barrier=pp.mask)):
+                    writes.append((me << 4 | reg, int(value)))
+                counts[f"{minion_name(me)}.tx_msgs"] = n
+                counts[f"{minion_name(me)}.rx_msgs"] = 0
+            expect.update({f"{minion_name(g)}.checksum": v
+                           for g, v in expected_checksums(cfg, pp).items()})
+            continue
+        if isinstance(pp, (PingPong, CreditPingPong)):
             roles = ((pp.a, (pp.b,), (pp.b,), Couple.PING, n, n),
                      (pp.b, (pp.a,), (pp.a,), Couple.PONG, n, n))
         elif isinstance(pp, OneWay):
@@ -387,7 +466,8 @@ def build_run(cfg, label, programs, dirty=None, meta=None):
                                 if second[EngineReg.RX_PEER2] else 0),
                                (EngineReg.TX_COUNT, tx), (EngineReg.RX_COUNT, rx),
                                (EngineReg.NREGS, pp.nregs), (EngineReg.OP, pp.op),
-                               (EngineReg.COUPLE, couple), (EngineReg.TREE, 0)):
+                               (EngineReg.COUPLE, couple), (EngineReg.TREE, 0),
+                               *control(me, credit=int(isinstance(pp, CreditPingPong)))):
                 writes.append((me << 4 | reg, int(value)))
             counts[f"{minion_name(me)}.tx_msgs"] = tx
             counts[f"{minion_name(me)}.rx_msgs"] = rx
@@ -395,6 +475,7 @@ def build_run(cfg, label, programs, dirty=None, meta=None):
                        for g, v in expected_checksums(cfg, pp).items()})
     dirty.clear()
     dirty.update(used)
+    dirty.update(("control", g) for g in now_controlled)
     names = [minion_name(g) for g in used]
     return {
         "label": label, "writes": writes,
@@ -402,7 +483,7 @@ def build_run(cfg, label, programs, dirty=None, meta=None):
                      for pp, m in zip(programs, meta)],
         "read": [f"{n}.{c}" for n in names for c in ("tx_msgs", "rx_msgs", "first_rx",
                                                       "last_rx", "errors", "tx_sum",
-                                                      "rx_sum")],
+                                                      "rx_sum", "state")],
         "sum_pairs": sum_pairs,
         "verify": [f"{n}.checksum" for n in names],
         "on_stuck": [f"{n}.{c}" for n in names for c in ("ready_from", "blocked_ready",
@@ -444,6 +525,9 @@ def check_run(cfg, run, got):
         c = got["counters"]
         held = ", ".join(f"{k}={v:#x}" for k, v in c.items()
                          if k.endswith(("ready_from", "blocked_ready", "state")))
+        asleep = [k.rsplit(".", 1)[0] for k, v in c.items() if k.endswith(".state") and v & 8]
+        if asleep:
+            held += "; asleep waiting for a credit: " + ", ".join(asleep)
         raise ExperimentError(f"{label}: run ended {got['ended']} after {c.get('cycles')} "
                               f"cycles; {held}")
     counters = got["counters"]
@@ -454,6 +538,10 @@ def check_run(cfg, run, got):
             raise ExperimentError(f"{label}: {key} = {value} flits arrived outside a receive")
         if key in run["counts"] and value != run["counts"][key]:
             raise ExperimentError(f"{label}: {key} = {value}, expected {run['counts'][key]}")
+    for key, value in counters.items():
+        if key.endswith(".state") and value >> 8:
+            raise ExperimentError(f"{label}: {key[:-6]} ends with {value >> 8} credits not "
+                                  "taken by a wake (a credit sent twice, or to the wrong minion)")
     for rx, tx in run.get("sum_pairs", ()):
         if counters[rx] != counters[tx]:
             raise ExperimentError(f"{label}: {rx} = {counters[rx]:#010x} but {tx} = "
@@ -537,11 +625,14 @@ def sample_pairs(cfg, per_hop=2):
     return [p for h in sorted(seen) for p in seen[h]]
 
 
-def pairs_runs(cfg, nregs=1, pairs=None):
+def pairs_runs(cfg, nregs=1, pairs=None, credits=False):
     """Ping-pong runs between minion 0 of shire pairs (all 496 unless ``pairs``
     lists some), packed first-fit into runs whose pairs share no shire and no
     directed mesh link in either direction, so no two exchanges ever meet;
-    messages of ``nregs`` registers.  Yields ``(label, programs, metas)``."""
+    messages of ``nregs`` registers.  With ``credits`` each run is followed by
+    the same pairs passing credits (:class:`CreditPingPong`) instead, each
+    program's meta saying which (``"signal"``: ``"tensor_send"`` or
+    ``"credit"``).  Yields ``(label, programs, metas)``."""
     rounds = []
     if pairs is None:
         pairs = itertools.combinations(range(cfg.compute_shires), 2)
@@ -557,11 +648,14 @@ def pairs_runs(cfg, nregs=1, pairs=None):
         r["shires"] |= {a, b}
         r["pairs"].append((a, b))
     for i, r in enumerate(rounds):
-        yield (f"round {i}: " + " ".join(f"{a}-{b}" for a, b in r["pairs"]),
-               [PingPong(cfg.minion_id(a, 0), cfg.minion_id(b, 0), nregs=nregs)
-                for a, b in r["pairs"]],
-               [{"hops": hops(cfg.placement[a], cfg.placement[b]), "shires": [a, b]}
-                for a, b in r["pairs"]])
+        for program, signal in ((PingPong, "tensor_send"), (CreditPingPong, "credit"))[
+                :1 + bool(credits)]:
+            yield (f"round {i}{' (credits)' if signal == 'credit' else ''}: "
+                   + " ".join(f"{a}-{b}" for a, b in r["pairs"]),
+                   [program(cfg.minion_id(a, 0), cfg.minion_id(b, 0), nregs=nregs)
+                    for a, b in r["pairs"]],
+                   [{"hops": hops(cfg.placement[a], cfg.placement[b]), "shires": [a, b],
+                     "signal": signal} for a, b in r["pairs"]])
 
 
 def _hop_points(runs, measured):
@@ -591,6 +685,79 @@ def _pairs_rows(cfg, runs, measured):
                          "non_compute": [list(c) for c in cfg.non_compute_cells],
                          "cells": heat}}
     return series, rows, extra
+
+
+# --- credit round trips against hops ----------------------------------------------
+
+def _credit_runs(cfg):
+    return pairs_runs(cfg, credits=True)
+
+
+def _credit_rows(cfg, runs, measured):
+    ns = 1e3 / cfg.minion_mhz
+    by = {"tensor_send": {}, "credit": {}}
+    for p, rt in _measured(runs, measured):
+        by[p["signal"]][tuple(p["shires"])] = (p["hops"], rt)
+    points = sorted(by["credit"].values())
+    a, b, res = _affine(*zip(*points))
+    diffs = [by["credit"][k][1] - by["tensor_send"][k][1] for k in by["credit"]]
+    median = float(np.median(diffs))
+    within = sum(abs(d) <= 15 for d in diffs)
+    series = [{"name": f"{label} round trip, minion 0 of every pair of shires", "x": "hops",
+               "points": [{"hops": h, "cycles": c} for h, c in sorted(by[signal].values())]}
+              for signal, label in (("credit", "credit"), ("tensor_send", "TensorSend"))]
+    series[0]["fit"] = {"alpha_cycles": a, "beta_cycles_per_hop": b,
+                        "max_residual_cycles": float(np.max(np.abs(res)))}
+    rows = [
+        _ref_row("credit round trip per mesh hop (fit)", b * ns, "credit.per_hop_ns"),
+        _ref_row("credit round trip at 0 hops (fit intercept)", a * ns, "credit.base_ns"),
+        {"quantity": "credit against TensorSend round trip, median pair's difference "
+                     f"({within} of {len(diffs)} pairs within 15 cycles)",
+         "model": median, "reference": None, "unit": "cycles", "minimum": -1.0,
+         "maximum": 1.0, "target": "under a cycle either way",
+         "source": reference()["credit"]["median_difference"]["source"]},
+    ]
+    chart = {"title": "Credit and TensorSend round trips between shires", "x_label": "mesh hops",
+             "y_label": "round trip (minion cycles)", "x_log2": False,
+             "lines": [{"name": s["name"].split(",")[0],
+                        "points": [[q["hops"], q["cycles"]] for q in s["points"]]}
+                       for s in series]}
+    return series, rows, {"chart": chart}
+
+
+# --- the shire barrier ---------------------------------------------------------------
+
+BARRIERS_PER_RUN = 8
+
+
+def _barrier_runs(cfg):
+    n = 2
+    while n <= cfg.minions_per_shire:
+        yield (f"{BARRIERS_PER_RUN} barriers in a row over minions 0-{n - 1} of shire 0",
+               Barrier(tuple(cfg.minion_id(0, k) for k in range(n)), BARRIERS_PER_RUN),
+               {"minions": n})
+        n *= 2
+
+
+def _barrier_rows(cfg, runs, measured):
+    points = []
+    for run, got in zip(runs, measured):
+        p = run["programs"][0]
+        c = got["counters"]
+        names = sorted({k.rsplit(".", 1)[0] for k in run["read"]})
+        # barrier to barrier, at the member that leaves each one last
+        first = max(c[f"{n}.first_rx"] for n in names)
+        last = max(c[f"{n}.last_rx"] for n in names)
+        points.append({"minions": p["minions"],
+                       "cycles": (last - first) / (p["exchanges"] - 1)})
+    at = {q["minions"]: q["cycles"] for q in points}
+    rows = [_ref_row("FLB plus credit barrier over 32 minions (one shire)", at.get(32),
+                     "barrier.minions_32")]
+    chart = {"title": "FLB plus credit barrier inside a shire", "x_label": "minions",
+             "y_label": "cycles per barrier", "x_log2": True,
+             "lines": [{"name": "one shire", "points": [[q["minions"], q["cycles"]]
+                                                        for q in points]}]}
+    return [], rows, {"barrier_points": points, "chart": chart}
 
 
 # --- 1 KB round trips: a window on flits in flight ----------------------------------
@@ -980,6 +1147,32 @@ EXPERIMENTS = {e.name: e for e in (
                       "the spacing of the pinging minion's receives. Pairs run together only "
                       "when they share no shire and no directed mesh link, so no two "
                       "exchanges meet.")),
+    Experiment("credit", "Credit round trips between minion 0 of every pair of shires",
+               _credit_runs, _credit_rows, REDUCED,
+               notes=(_REDUCED_NOTE,
+                      "Five credit ping-pongs per pair: minion 0 of one shire sends a credit "
+                      "and sleeps until the other's comes back; the other sleeps until the "
+                      "first's arrives, then sends its own. A credit is a one-flit message on "
+                      "the response channel through the same TensorSend issue stage, "
+                      "networks and TensorRecv completion stage as a message (the wake), so "
+                      "no latency was set for credits. Every pair also runs a one-register "
+                      "TensorSend ping-pong, for the comparison row. Times in ns use the "
+                      "600 MHz minion clock.",
+                      "The seed's two sessions fitted 234 + 24 ns per hop (three cards, worst "
+                      "residual 15 cycles) and 246 + 20.4 ns per hop (first session); the "
+                      "rows' ranges span both. Credits ride the same routers as messages, "
+                      "so the model's credits cost what its messages cost per hop.")),
+    Experiment("barrier", "FLB plus credit barrier inside a shire",
+               _barrier_runs, _barrier_rows, ONE_SHIRE,
+               notes=("One whole shire of 32 minions on a 1x1 mesh. Minions 0 to n-1 of the "
+                      "shire pass 8 barriers in a row: each sends an FLB arrival to the "
+                      "shire's barrier counter (at the crossbar), and the one told it arrived "
+                      "last sends a credit multicast that the barrier unit fans out, one "
+                      "credit per cycle, to the others, which sleep until theirs arrives. The "
+                      "cost per barrier is the spacing of the last exits. No latency was set "
+                      "for the barrier unit: it answers in one cycle.",
+                      "The seed's chip-wide barrier (global atomics and credits, 8.3 us) "
+                      "goes through memory, which the model does not hold.")),
     Experiment("one_kb", "1 KB round trips between minion 0 of every pair of shires",
                _one_kb_runs, _one_kb_rows, REDUCED,
                notes=(_REDUCED_NOTE,
