@@ -671,7 +671,8 @@ def _pairs_rows(cfg, runs, measured):
                "fit": {"alpha_cycles": a, "beta_cycles_per_hop": b,
                        "max_residual_cycles": float(np.max(np.abs(res)))}}]
     rows = [
-        _ref_row("round trip per mesh hop (fit over 496 pairs)", b, "round_trip.per_hop"),
+        _ref_row(f"round trip per mesh hop (fit over {len(points)} pairs)", b,
+                 "round_trip.per_hop"),
         {"quantity": "worst residual of the fit", "model": float(np.max(np.abs(res))),
          "reference": None, "unit": "cycles", "maximum": 2.0, "target": "under 2 cycles",
          "source": reference()["round_trip"]["max_residual"]["source"]},
