@@ -4,7 +4,7 @@
     fabricsim run NAME... [--set FIELD=VALUE]... [--sim verilator|icarus] [--waves]
     fabricsim report
 
-NAME is a fabric (``dsm``, ``mesh``), one experiment (``dsm.one_way``) or ``all``.
+NAME is a fabric (``dsm``, ``mesh``, ``pcie``), one experiment (``dsm.one_way``) or ``all``.
 ``--set`` overrides any field of the fabric's configuration for a what-if;
 structural fields rebuild the RTL (cached by configuration), run-time fields
 only change the registers written per run.
@@ -22,7 +22,7 @@ from pathlib import Path
 
 __all__ = ["main", "parse_overrides", "resolve_names"]
 
-FABRICS = ("dsm", "mesh")
+FABRICS = ("dsm", "mesh", "pcie")
 
 
 class UsageError(ValueError):
@@ -49,6 +49,11 @@ def _fabric(name):
         from hdl.hopper.gpc import Gpc
         from sim.experiments import dsm
         return Fabric(DsmConfig, Gpc, "dsm_gpc", "testbenches.dsm", dsm)
+    if name == "pcie":
+        from hdl.pcie.config import PcieConfig
+        from hdl.pcie.system import PcieSystem
+        from sim.experiments import pcie
+        return Fabric(PcieConfig, PcieSystem, "pcie_system", "testbenches.pcie", pcie)
     from hdl.etsoc.config import MeshConfig
     from hdl.etsoc.mesh import EtSocMesh
     from sim.experiments import mesh

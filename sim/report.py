@@ -187,6 +187,11 @@ class ExperimentResult:
         ``{"title", "x_label", "y_label", "x_log2", "y_log", "lines": [{"name",
         "points": [[x, y], ...]}]}``: measured points drawn as lines, for
         experiments whose x axis is neither payload nor hops.
+    topology : dict or None
+        ``{"title", "legend", "nodes": [{"name", "x", "y"}], "links": [{"a", "b",
+        "ab", "ba"}]}``: a machine's nodes and links, each link labelled with
+        its measured utilisation in each direction (fractions, ``ab`` from
+        node ``a`` to ``b``); ``legend`` (optional) says what the labels are.
     """
 
     path: Path
@@ -200,6 +205,7 @@ class ExperimentResult:
     notes: tuple[str, ...] = field(default=())
     heatmap: dict[str, Any] | None = None
     chart: dict[str, Any] | None = None
+    topology: dict[str, Any] | None = None
 
     @property
     def heatmap_path(self) -> Path:
@@ -210,6 +216,11 @@ class ExperimentResult:
     def chart_path(self) -> Path:
         """Where the chart is written."""
         return self.path.with_name(self.path.stem + "_chart.png")
+
+    @property
+    def topology_path(self) -> Path:
+        """Where the topology diagram is written."""
+        return self.path.with_name(self.path.stem + "_topology.png")
 
     @property
     def rows_met(self) -> int:
@@ -458,9 +469,34 @@ def _load_experiment(path: Path) -> ExperimentResult:
                     raise ctx.error(f"{lwhere}.points[{j}]", f"must be [x, y] numbers, not {xy!r}")
         chart = dict(ch)
 
+    topology = doc.get("topology")
+    if topology is not None:
+        tp = ctx.obj(topology, "topology")
+        ctx.string(tp, "title", "topology")
+        names = set()
+        for i, raw_node in enumerate(ctx.array(tp, "nodes", "topology")):
+            nwhere = f"topology.nodes[{i}]"
+            node = ctx.obj(raw_node, nwhere)
+            names.add(ctx.string(node, "name", nwhere))
+            for key in ("x", "y"):
+                ctx.number(node, key, nwhere)
+        for i, raw_link in enumerate(ctx.array(tp, "links", "topology")):
+            lwhere = f"topology.links[{i}]"
+            link = ctx.obj(raw_link, lwhere)
+            for key in ("a", "b"):
+                if ctx.string(link, key, lwhere) not in names:
+                    raise ctx.error(lwhere, f"key '{key}' must name a node, not {link[key]!r}")
+            for key in ("ab", "ba"):
+                value = ctx.number(link, key, lwhere)
+                if not 0 <= value <= 1:
+                    raise ctx.error(lwhere, f"key '{key}' must be a fraction from 0 to 1, "
+                                            f"not {value!r}")
+        topology = dict(tp)
+
     return ExperimentResult(
         heatmap=heatmap,
         chart=chart,
+        topology=topology,
         path=path,
         fabric=fabric,
         experiment=experiment,
@@ -647,6 +683,39 @@ def _render_chart(result: ExperimentResult) -> bytes:
     return _png(fig)
 
 
+def _render_topology(result: ExperimentResult) -> bytes:
+    """PNG of a machine's nodes and links, each link coloured by its busier
+    direction and labelled with both directions' utilisation."""
+    from matplotlib import colormaps
+
+    tp = result.topology
+    assert tp is not None
+    at = {n["name"]: (n["x"], n["y"]) for n in tp["nodes"]}
+    fig = Figure(figsize=(8.0, 4.6), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    cmap = colormaps["viridis"]
+    for link in tp["links"]:
+        (xa, ya), (xb, yb) = at[link["a"]], at[link["b"]]
+        busiest = max(link["ab"], link["ba"])
+        ax.plot([xa, xb], [ya, yb], "-", color=cmap(busiest), linewidth=1.5 + 5 * busiest,
+                zorder=1)
+        # labelled nearer node a, so the links fanning out of one node stay apart
+        ax.text(xa + 0.3 * (xb - xa), ya + 0.3 * (yb - ya),
+                f"{100 * link['ab']:.0f}% / {100 * link['ba']:.0f}%", fontsize=7,
+                ha="center", va="center", bbox={"facecolor": "white", "edgecolor": "none",
+                                                 "alpha": 0.8, "pad": 1}, zorder=3)
+    for name, (x, y) in at.items():
+        ax.text(x, y, name, ha="center", va="center", fontsize=8, zorder=4,
+                bbox={"facecolor": "0.9", "edgecolor": "0.3", "boxstyle": "round"})
+    ax.set_title(f"{tp['title']}\n{tp.get('legend', 'utilisation a to b / b to a')}",
+                 fontsize=9)
+    ax.invert_yaxis()
+    ax.axis("off")
+    ax.margins(0.08)
+    return _png(fig)
+
+
 def _rectangle(x: float, y: float, color: str) -> Any:
     from matplotlib.patches import Rectangle
     return Rectangle((x - 0.5, y - 0.5), 1, 1, color=color)
@@ -777,6 +846,9 @@ def _experiment_section(result: ExperimentResult, results_dir: Path) -> list[str
     if result.chart is not None:
         link = result.chart_path.relative_to(results_dir).as_posix()
         lines += [f"![{result.chart['title']}]({link})", ""]
+    if result.topology is not None:
+        link = result.topology_path.relative_to(results_dir).as_posix()
+        lines += [f"![{result.topology['title']}]({link})", ""]
     return lines
 
 
@@ -813,6 +885,8 @@ def write_report(results_dir: Path) -> Path:
     plots = {r.plot_path: _render_plot(r) for r in results if r.has_plot}
     plots.update({r.heatmap_path: _render_heatmap(r) for r in results if r.heatmap is not None})
     plots.update({r.chart_path: _render_chart(r) for r in results if r.chart is not None})
+    plots.update({r.topology_path: _render_topology(r) for r in results
+                  if r.topology is not None})
 
     total_rows = sum(len(r.rows) for r in results)
     total_met = sum(r.rows_met for r in results)

@@ -67,8 +67,9 @@ def test_names_resolve_and_unknown_names_fail():
     with pytest.raises(UsageError, match="experiment must be one of"):
         resolve_names(["dsm.nope"])
     assert ("mesh", "round_trip") in resolve_names(["mesh"])
-    with pytest.raises(UsageError, match="NAME must start with one of dsm, mesh"):
-        resolve_names(["pcie"])
+    assert ("pcie", "peer_copy") in resolve_names(["pcie"])
+    with pytest.raises(UsageError, match="NAME must start with one of dsm, mesh, pcie"):
+        resolve_names(["nvlink"])
 
 
 def test_cli_exits_2_before_building_on_bad_input(tmp_path, capsys):

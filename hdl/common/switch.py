@@ -6,7 +6,7 @@ function, so arbitration, buffering, credits and performance counters are
 written once.
 """
 
-from amaranth import Array, Module, Signal
+from amaranth import Array, Module, Mux, Signal
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -46,6 +46,11 @@ class CreditSwitch(wiring.Component):
         sharing the VC's ``depth`` credits, so a flit waiting for a busy output
         never blocks one behind it bound elsewhere (no head-of-line blocking,
         which would cap a saturated crossbar near 59 % of its lanes).
+    packets : bool
+        Packet-atomic outputs: once an output grants a head flit whose
+        ``last`` is 0, it grants only that (input, VC) queue until the flit
+        with ``last`` set has gone, so packets never interleave on an output
+        (a PCIe TLP, say).  Default: per-flit arbitration.
 
     Members
     -------
@@ -70,7 +75,7 @@ class CreditSwitch(wiring.Component):
     """
 
     def __init__(self, *, flit_layout, n_in, n_out, route, depth, out_credits, n_vc=2,
-                 voq=False):
+                 voq=False, packets=False):
         for name, value in (("n_in", n_in), ("n_out", n_out), ("depth", depth),
                             ("out_credits", out_credits)):
             if not isinstance(value, int) or value < 1:
@@ -81,6 +86,7 @@ class CreditSwitch(wiring.Component):
         self.depth = depth
         self.out_credits = out_credits
         self.voq = voq
+        self.packets = packets
         link = CreditLink(flit_layout, n_vc)
         super().__init__({
             "i": In(link).array(n_in),
@@ -162,12 +168,22 @@ class CreditSwitch(wiring.Component):
             m.submodules[f"arb{o}"] = arb
             m.d.comb += credits.i_return.eq(self.o[o].credit)
             waiting = Signal(len(cands), name=f"waiting{o}")
+            allowed = [1] * len(cands)
+            if self.packets:
+                allowed = Signal(len(cands), name=f"allowed{o}")
+                # a packet in progress keeps the output until its last flit
+                locked = Signal(name=f"locked{o}")
+                holder = Signal(len(cands), name=f"holder{o}")
+                m.d.comb += allowed.eq(Mux(locked, holder, (1 << len(cands)) - 1))
+                payload_last = Array(h[0].payload.last for r, h in cands)[arb.grant_index]
+                with m.If(arb.valid):
+                    m.d.sync += [locked.eq(~payload_last), holder.eq(arb.grant)]
             for k, (r, (head, dest, v)) in enumerate(cands):
                 # A virtual output queue's destination is a constant, a FIFO head's a signal.
                 wants = head.valid & (dest == o)
                 m.d.comb += [
                     waiting[k].eq(wants),
-                    arb.requests[k].eq(wants & credits.o_avail[v]),
+                    arb.requests[k].eq(wants & credits.o_avail[v] & allowed[k]),
                 ]
                 pop_terms[r].append(arb.grant[k])
             for v in range(self.n_vc):

@@ -1,0 +1,1 @@
+"""PCIe GPU-to-GPU copy fabric (seed 001)."""

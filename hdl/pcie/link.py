@@ -1,0 +1,364 @@
+"""A PCIe link: two :class:`LinkPort` ends joined by two wire delays (seed 001,
+"1. Introduction": "PCIe 4.0 carries 16 GT/s per lane, so 16 lanes give
+32 GB/s in one direction"; the PCIe Base Specification's physical, data-link
+and flow-control rules).
+
+Each direction moves at most one ``datapath_bytes`` beat per cycle of the
+1 GHz clock, at the lanes' rate (``lanes x GT/s / 8`` bytes per ns), minus
+the 128b/130b sync headers (one cycle in 65) and a SKP ordered set every
+``skp_interval_blocks`` blocks.  TLPs go whole, one starting per beat: a
+header beat (framing, header, length) and the data beats.  A transmitter
+starts a TLP only once all of it is in its queue, so its beats go back to
+back, and it picks posted TLPs first, then completions, then non-posted
+requests, so nothing passes a posted write and completions pass reads.  The receiver
+returns flow-control credits per class with UpdateFC DLLPs and acknowledges
+TLPs with Ack DLLPs; both travel the other direction and take its link time:
+one DLLP (8 B) fits in the slack of a TLP's header beat (framing and a 4 DW
+header leave 8 B of 32), more take a beat of their own.  UpdateFC carries a
+credit limit and Ack a sequence number, both cumulative, so a newer DLLP of a
+kind replaces one not yet sent.
+"""
+
+from amaranth import Array, Cat, Module, Mux, Signal
+from amaranth.lib import fifo, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..common.credit import CreditLink, LinkDelay, StreamToLink, VcInputBuffer
+from .tlp import DATA_CREDIT_BYTES, FcClass, TlpType, tlp_layout, wire_layout
+
+__all__ = ["LinkPort", "PcieLink", "LinkTiming"]
+
+N_FC = len(FcClass)
+#: A DLLP waits at most this many cycles for a header beat to ride in before
+#: it takes a beat of its own at the next TLP boundary.
+DLLP_MAX_WAIT = 32
+#: Any credits freed or TLPs taken in but not yet reported go out when this
+#: free-running sweep wraps (cycles).
+SWEEP_CYCLES = 64
+
+
+def LinkTiming():
+    """Signature members of a link's run-time timing (driven from registers)."""
+    return {
+        "i_lane_bytes": In(8),     # link bytes per cycle (lanes x GT/s / 8)
+        "i_blocks_per_period": In(5),  # 128b/130b blocks per 65 cycles (GT/s / 2)
+        "i_skp_blocks": In(12),    # blocks between SKP ordered sets
+        "i_skp_cycles": In(5),     # cycles one SKP ordered set takes (128 / GT/s)
+        "i_ack_every": In(7),      # TLPs per Ack
+        "i_fc_every": In(9),       # credits freed per UpdateFC
+    }
+
+
+class LinkPort(wiring.Component):
+    """One end of a PCIe link: its transmitter and its receiver.  Clock: the
+    1 GHz model clock.
+
+    Parameters
+    ----------
+    cfg : PcieConfig
+        ``datapath_bytes``, the receive buffer's ``rx_header_credits`` and
+        ``rx_data_credits`` (advertised for every class), ``replay_tlps``.
+    local_credits : int
+        Beats the local side's input buffer holds per class (credits of ``o``).
+
+    Members
+    -------
+    i : In(CreditLink(tlp_layout(cfg), 3))
+        TLP beats to send, class = ``vc``; each class's beats must arrive whole
+        TLP by whole TLP.
+    o : Out(CreditLink(tlp_layout(cfg), 3))
+        TLP beats received.
+    o_wire, i_wire : Out / In(wire_layout(cfg))
+        The two directions of the wire (see :func:`~hdl.pcie.tlp.wire_layout`).
+    i_lane_bytes ... i_fc_every
+        Run-time timing (see :func:`LinkTiming`).
+    o_tlps, o_payload_bytes : Out(32)
+        TLPs and payload bytes sent since reset.
+    o_lane_bytes : Out(32)
+        Lane bytes the link could have carried since reset (its capacity:
+        ``i_lane_bytes`` per cycle outside sync headers and SKP ordered sets).
+    o_busy : Out(32)
+        Beats sent (TLP or DLLP); ``o_busy * datapath_bytes / o_lane_bytes``
+        is the share of the link's time in use.
+    o_dllp_beats : Out(32)
+        Beats given to DLLPs alone.
+    o_overflow : Out(1)
+        Sticky: the receive buffer overflowed (flow control broken).
+    """
+
+    def __init__(self, cfg, *, local_credits):
+        self.cfg = cfg
+        self.local_credits = local_credits
+        self.tx_queue_beats = cfg.tx_queue_beats
+        layout = tlp_layout(cfg)
+        wl = wire_layout(cfg)
+        link = CreditLink(layout, N_FC)
+        super().__init__({
+            "i": In(link), "o": Out(link), "o_wire": Out(wl), "i_wire": In(wl),
+            **LinkTiming(),
+            "o_tlps": Out(32), "o_payload_bytes": Out(32), "o_lane_bytes": Out(32),
+            "o_busy": Out(32), "o_dllp_beats": Out(32), "o_overflow": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        layout = tlp_layout(cfg)
+        hdr_credits, data_credits = cfg.rx_header_credits, cfg.rx_data_credits
+
+        # --- slots: lane rate, 128b/130b sync headers, SKP ordered sets -------------
+        period = Signal(range(65))
+        blocks = Signal(13)
+        skp_left = Signal(5)
+        budget = Signal(range(2 * cfg.datapath_bytes + 256))
+        stall = Signal()
+        m.d.comb += stall.eq((period == 64) | (skp_left != 0))
+        m.d.sync += period.eq(Mux(period == 64, 0, period + 1))
+        with m.If(skp_left != 0):
+            m.d.sync += skp_left.eq(skp_left - 1)
+        with m.If(period == 64):
+            with m.If(blocks + self.i_blocks_per_period >= self.i_skp_blocks):
+                m.d.sync += [blocks.eq(blocks + self.i_blocks_per_period - self.i_skp_blocks),
+                             skp_left.eq(self.i_skp_cycles)]
+            with m.Else():
+                m.d.sync += blocks.eq(blocks + self.i_blocks_per_period)
+        slot = Signal()
+        used = Signal()
+        m.d.comb += slot.eq(~stall & (budget >= cfg.datapath_bytes))
+        # a slot's beat spends datapath_bytes of lane time; idle time is not banked
+        after = budget - Mux(used, cfg.datapath_bytes, 0)
+        grown = after + Mux(stall, 0, self.i_lane_bytes)
+        m.d.sync += budget.eq(Mux(grown > cfg.datapath_bytes, cfg.datapath_bytes, grown))
+        with m.If(~stall):
+            m.d.sync += self.o_lane_bytes.eq(self.o_lane_bytes + self.i_lane_bytes)
+
+        # --- transmit queue and the far receiver's credits -------------------------
+        m.submodules.txq = txq = VcInputBuffer(flit_layout=layout, depth=self.tx_queue_beats,
+                                               n_vc=N_FC)
+        wiring.connect(m, wiring.flipped(self.i), txq.i)
+        hdr_limit = [Signal(8, init=hdr_credits, name=f"hdr_limit{c}") for c in range(N_FC)]
+        data_limit = [Signal(12, init=data_credits, name=f"data_limit{c}") for c in range(N_FC)]
+        hdr_used = [Signal(8, name=f"hdr_used{c}") for c in range(N_FC)]
+        data_used = [Signal(12, name=f"data_used{c}") for c in range(N_FC)]
+        seq_sent = Signal(12)
+        seq_acked = Signal(12)
+        unacked = Signal(12)
+        m.d.comb += unacked.eq(seq_sent - seq_acked)
+        wire_in = self.i_wire
+        with m.If(wire_in.ack):
+            m.d.sync += seq_acked.eq(wire_in.ack_seq)
+        for c in range(N_FC):
+            with m.If(wire_in.fc[c]):
+                m.d.sync += [hdr_limit[c].eq(wire_in.fc_hdr[8 * c:8 * c + 8]),
+                             data_limit[c].eq(wire_in.fc_data[12 * c:12 * c + 12])]
+
+        # whole TLPs queued per class: a TLP may start only once its last beat is in
+        whole = [Signal(range(self.tx_queue_beats + 1), name=f"whole{c}") for c in range(N_FC)]
+        for c in range(N_FC):
+            came = self.i.valid & (self.i.flit.vc == c) & self.i.flit.last
+            went = txq.o[c].valid & txq.o[c].ready & txq.o[c].payload.last
+            m.d.sync += whole[c].eq(whole[c] + came - went)
+        ready_to_start = Signal(N_FC)
+        need = []
+        for c in range(N_FC):
+            head = txq.o[c].payload
+            n = Signal(12, name=f"need{c}")
+            m.d.comb += n.eq(Mux(head.kind == TlpType.MRD, 0,
+                                 (head.length + DATA_CREDIT_BYTES - 1) // DATA_CREDIT_BYTES))
+            need.append(n)
+            hdr_avail = (hdr_limit[c] - hdr_used[c])[:8]
+            data_avail = (data_limit[c] - data_used[c])[:12]
+            m.d.comb += ready_to_start[c].eq(txq.o[c].valid & head.head & (whole[c] != 0)
+                                             & (hdr_avail != 0) & (data_avail >= n)
+                                             & (unacked < cfg.replay_tlps))
+        # posted first, then completions, then non-posted requests
+        start = Signal()
+        pick = Signal(range(N_FC))
+        for c in (FcClass.NP, FcClass.CPL, FcClass.P):
+            with m.If(ready_to_start[c]):
+                m.d.comb += [start.eq(1), pick.eq(c)]
+
+        # --- DLLPs owed by this end's receiver (set below) ----------------------------
+        ack_due = Signal()
+        fc_due = Signal(N_FC)
+        dllp_wait = Signal(range(DLLP_MAX_WAIT + 1))
+        any_due = ack_due | fc_due.any()
+        with m.If(~any_due):
+            m.d.sync += dllp_wait.eq(0)
+        with m.Elif(dllp_wait != DLLP_MAX_WAIT):
+            m.d.sync += dllp_wait.eq(dllp_wait + 1)
+        send_ack = Signal()
+        send_fc = Signal(N_FC)
+
+        busy = Signal()
+        cur = Signal(range(N_FC))
+        out = self.o_wire
+        m.d.sync += [out.beat_valid.eq(0), out.ack.eq(0), out.fc.eq(0)]
+        beat = Array(txq.o[c].payload.as_value() for c in range(N_FC))
+        with m.If(slot):
+            with m.If(busy):
+                # the whole TLP is queued, so its beats go back to back
+                m.d.comb += [used.eq(1), Array(txq.o[c].ready for c in range(N_FC))[cur].eq(1)]
+                m.d.sync += [out.beat_valid.eq(1), out.beat.eq(beat[cur])]
+                with m.If(Array(txq.o[c].payload.last for c in range(N_FC))[cur]):
+                    m.d.sync += busy.eq(0)
+            with m.Elif(start & ~(any_due & (dllp_wait == DLLP_MAX_WAIT))):
+                c = pick
+                m.d.comb += [used.eq(1), Array(txq.o[k].ready for k in range(N_FC))[c].eq(1)]
+                head_last = Array(txq.o[k].payload.last for k in range(N_FC))[c]
+                head_bytes = Array(Mux(txq.o[k].payload.kind == TlpType.MRD, 0,
+                                       txq.o[k].payload.length) for k in range(N_FC))[c]
+                m.d.sync += [out.beat_valid.eq(1), out.beat.eq(beat[c]),
+                             busy.eq(~head_last), cur.eq(c), seq_sent.eq(seq_sent + 1),
+                             self.o_tlps.eq(self.o_tlps + 1),
+                             self.o_payload_bytes.eq(self.o_payload_bytes + head_bytes)]
+                for k in range(N_FC):
+                    with m.If(c == k):
+                        m.d.sync += [hdr_used[k].eq(hdr_used[k] + 1),
+                                     data_used[k].eq(data_used[k] + need[k])]
+                # one DLLP rides in the header beat's slack: the Ack first
+                with m.If(ack_due):
+                    m.d.comb += send_ack.eq(1)
+                with m.Else():
+                    for k in range(N_FC):
+                        with m.If(fc_due[k] & ~fc_due[:k].any() if k else fc_due[k]):
+                            m.d.comb += send_fc[k].eq(1)
+            with m.Elif(any_due):
+                # a beat of DLLPs alone: every one owed (four at most)
+                m.d.comb += [used.eq(1), send_ack.eq(ack_due), send_fc.eq(fc_due)]
+                m.d.sync += self.o_dllp_beats.eq(self.o_dllp_beats + 1)
+            with m.If(used):
+                m.d.sync += self.o_busy.eq(self.o_busy + 1)
+
+        # --- receiver ----------------------------------------------------------------
+        depth = hdr_credits + data_credits * DATA_CREDIT_BYTES // cfg.datapath_bytes
+        beat_in = self.i_wire.beat
+        rx = []
+        for c in range(N_FC):
+            q = fifo.SyncFIFO(width=layout.size, depth=depth)
+            m.submodules[f"rxq{c}"] = q
+            write = self.i_wire.beat_valid & (beat_in.vc == c)
+            m.d.comb += [q.w_data.eq(beat_in), q.w_en.eq(write)]
+            with m.If(write & ~q.w_rdy):
+                m.d.sync += self.o_overflow.eq(1)
+            rx.append(q)
+        m.submodules.deliver = deliver = StreamToLink(flit_layout=layout,
+                                                      credits=self.local_credits, n_vc=N_FC)
+        wiring.connect(m, deliver.o, wiring.flipped(self.o))
+        seq_rcvd = Signal(12)
+        seq_adv = Signal(12)
+        with m.If(self.i_wire.beat_valid & beat_in.head):
+            m.d.sync += seq_rcvd.eq(seq_rcvd + 1)
+        sweep = Signal(range(SWEEP_CYCLES))
+        m.d.sync += sweep.eq(sweep + 1)
+        # when the sweep wraps, anything not yet reported is due until it goes
+        ack_flush = Signal()
+        m.d.comb += ack_due.eq((seq_rcvd != seq_adv)
+                               & (((seq_rcvd - seq_adv)[:12] >= self.i_ack_every) | ack_flush))
+        with m.If(send_ack):
+            m.d.sync += [out.ack.eq(1), out.ack_seq.eq(seq_rcvd), seq_adv.eq(seq_rcvd),
+                         ack_flush.eq(0)]
+        with m.Elif(sweep == 0):
+            m.d.sync += ack_flush.eq(1)
+        for c in range(N_FC):
+            q = rx[c]
+            m.d.comb += [deliver.i[c].payload.eq(q.r_data), deliver.i[c].valid.eq(q.r_rdy),
+                         q.r_en.eq(deliver.i[c].ready)]
+            popped = q.r_rdy & deliver.i[c].ready
+            leaving = deliver.i[c].payload
+            hdr_alloc = Signal(8, init=hdr_credits, name=f"hdr_alloc{c}")
+            data_alloc = Signal(12, init=data_credits, name=f"data_alloc{c}")
+            hdr_adv = Signal(8, init=hdr_credits, name=f"hdr_adv{c}")
+            data_adv = Signal(12, init=data_credits, name=f"data_adv{c}")
+            # a TLP's credits come free when its last beat leaves: the header
+            # credit and the data credits its length took
+            with m.If(popped & leaving.last):
+                m.d.sync += hdr_alloc.eq(hdr_alloc + 1)
+                with m.If(leaving.kind != TlpType.MRD):
+                    m.d.sync += data_alloc.eq(
+                        data_alloc + (leaving.length + DATA_CREDIT_BYTES - 1) // DATA_CREDIT_BYTES)
+            freed = (hdr_alloc - hdr_adv)[:8] + (data_alloc - data_adv)[:12]
+            fc_flush = Signal(name=f"fc_flush{c}")
+            m.d.comb += fc_due[c].eq((freed != 0) & ((freed >= self.i_fc_every) | fc_flush))
+            with m.If(send_fc[c]):
+                m.d.sync += [out.fc[c].eq(1), out.fc_hdr[8 * c:8 * c + 8].eq(hdr_alloc),
+                             out.fc_data[12 * c:12 * c + 12].eq(data_alloc),
+                             hdr_adv.eq(hdr_alloc), data_adv.eq(data_alloc), fc_flush.eq(0)]
+            with m.Elif(sweep == 0):
+                m.d.sync += fc_flush.eq(1)
+        return m
+
+
+class PcieLink(wiring.Component):
+    """A full-duplex PCIe link between side ``a`` (the downstream device) and
+    side ``b`` (the port towards the root).  Clock: the 1 GHz model clock.
+
+    Parameters
+    ----------
+    cfg : PcieConfig
+    a_credits, b_credits : int
+        Beats per class that side ``a``'s / ``b``'s input buffer holds.
+
+    Members
+    -------
+    a_i, b_i : In(CreditLink(tlp_layout(cfg), 3))
+        Beats each side sends.
+    a_o, b_o : Out(CreditLink(tlp_layout(cfg), 3))
+        Beats each side receives.
+    i_latency : In(8)
+        Wire and pipeline latency each way, cycles (``link_latency_cycles``).
+    i_lane_bytes ... i_fc_every
+        Timing (see :func:`LinkTiming`), to both ends.
+    ab_*, ba_* counters
+        ``o_tlps``, ``o_payload_bytes``, ``o_lane_bytes``, ``o_busy``,
+        ``o_dllp_beats`` of the a-to-b and b-to-a directions.
+    o_overflow : Out(1)
+        Sticky: a receive buffer or wire delay overflowed.
+    """
+
+    COUNTERS = ("tlps", "payload_bytes", "lane_bytes", "busy", "dllp_beats")
+
+    def __init__(self, cfg, *, a_credits, b_credits):
+        self.cfg = cfg
+        layout = tlp_layout(cfg)
+        link = CreditLink(layout, N_FC)
+        members = {"a_i": In(link), "a_o": Out(link), "b_i": In(link), "b_o": Out(link),
+                   "i_latency": In(8), **LinkTiming(), "o_overflow": Out(1)}
+        for d in ("ab", "ba"):
+            members.update({f"{d}_{c}": Out(32) for c in self.COUNTERS})
+        super().__init__(members)
+        self.port_a = LinkPort(cfg, local_credits=a_credits)
+        self.port_b = LinkPort(cfg, local_credits=b_credits)
+
+    def elaborate(self, platform):
+        m = Module()
+        wl = wire_layout(self.cfg)
+        m.submodules.port_a = a = self.port_a
+        m.submodules.port_b = b = self.port_b
+        wiring.connect(m, wiring.flipped(self.a_i), a.i)
+        wiring.connect(m, a.o, wiring.flipped(self.a_o))
+        wiring.connect(m, wiring.flipped(self.b_i), b.i)
+        wiring.connect(m, b.o, wiring.flipped(self.b_o))
+        overflow = [a.o_overflow, b.o_overflow]
+        for name, src, dst in (("ab", a, b), ("ba", b, a)):
+            for t in LinkTiming():
+                m.d.comb += getattr(src, t).eq(getattr(self, t))
+            # the wire: every slot's content arrives i_latency cycles later
+            delay = LinkDelay(flit_layout=_wire_flit(wl), capacity=64, n_vc=1)
+            m.submodules[f"wire_{name}"] = delay
+            m.d.comb += [delay.i_latency.eq(self.i_latency),
+                         delay.i.valid.eq(src.o_wire.beat_valid | src.o_wire.ack
+                                          | src.o_wire.fc.any()),
+                         delay.i.flit.payload.eq(src.o_wire.as_value()),
+                         dst.i_wire.eq(Mux(delay.o.valid, delay.o.flit.payload.as_value(), 0))]
+            overflow.append(delay.o_overflow)
+            for c in self.COUNTERS:
+                m.d.comb += getattr(self, f"{name}_{c}").eq(getattr(src, f"o_{c}"))
+        m.d.comb += self.o_overflow.eq(Cat(*overflow).any())
+        return m
+
+
+def _wire_flit(wl):
+    """The wire's content as a flit for :class:`~hdl.common.credit.LinkDelay`."""
+    from amaranth.lib import data
+    return data.StructLayout({"payload": wl, "vc": 1})

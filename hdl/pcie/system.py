@@ -1,0 +1,243 @@
+"""The seed's machine: eight GPUs under two PCIe switches, one per socket, two
+root complexes and the link between the sockets (seed 001, "1. Introduction":
+"eight GPUs on a host, four per side, each group reaching a single CPU
+through a PCIe switch"; "3. Experimental Setup": "dual-socket with eight GPUs
+on PCIe 4.0 x16").
+
+A test bench programs the GPUs' copies and the timing registers through
+``cfg_*``, pulses ``ctl_start``, waits for ``done`` (or ``stuck``) and reads
+counters through ``rd_addr`` / ``rd_data``.
+"""
+
+import enum
+
+from amaranth import Cat, Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .config import GT_PER_S, gpu_socket, gpu_switch
+from .gpu import GpuEndpoint
+from .link import LinkTiming, PcieLink
+from .switch import Crossbar, SocketLink
+
+__all__ = ["SysReg", "GLOBAL", "PcieSystem", "system_registers", "counter_names",
+           "GPU_COUNTERS", "link_names"]
+
+#: ``cfg_addr`` bit selecting the machine-wide registers (:class:`SysReg`).
+GLOBAL = 1 << 8
+
+
+class SysReg(enum.IntEnum):
+    """Machine-wide run-time registers at ``cfg_addr = GLOBAL | reg``."""
+
+    LANE_BYTES = 0         #: link bytes per cycle (lanes x GT/s / 8)
+    BLOCKS_PER_PERIOD = 1  #: 128b/130b blocks per 65 cycles (GT/s / 2)
+    SKP_BLOCKS = 2         #: skp_interval_blocks
+    SKP_CYCLES = 3         #: cycles of one SKP ordered set (128 / GT/s)
+    ACK_EVERY = 4          #: ack_every_tlps
+    FC_EVERY = 5           #: update_fc_every_credits
+    LINK_LATENCY = 6       #: link_latency_cycles
+    SWITCH_LATENCY = 7     #: switch_latency_cycles
+    SOCKET_BYTES = 8       #: socket_bytes_per_cycle
+    SOCKET_OVERHEAD = 9    #: socket_tlp_overhead_bytes
+    SOCKET_LATENCY = 10    #: socket_latency_cycles
+
+
+def system_registers(cfg):
+    """``{SysReg: value}`` of the run-time fields of ``cfg``."""
+    gt = GT_PER_S[cfg.generation]
+    return {SysReg.LANE_BYTES: cfg.link_bytes_per_cycle, SysReg.BLOCKS_PER_PERIOD: gt // 2,
+            SysReg.SKP_BLOCKS: cfg.skp_interval_blocks, SysReg.SKP_CYCLES: 128 // gt,
+            SysReg.ACK_EVERY: cfg.ack_every_tlps, SysReg.FC_EVERY: cfg.update_fc_every_credits,
+            SysReg.LINK_LATENCY: cfg.link_latency_cycles,
+            SysReg.SWITCH_LATENCY: cfg.switch_latency_cycles,
+            SysReg.SOCKET_BYTES: cfg.socket_bytes_per_cycle,
+            SysReg.SOCKET_OVERHEAD: cfg.socket_tlp_overhead_bytes,
+            SysReg.SOCKET_LATENCY: cfg.socket_latency_cycles}
+
+
+#: Per-GPU counters, in address order.
+GPU_COUNTERS = ("tx_bytes", "rx_bytes", "first_tx", "last_tx", "first_rx", "last_rx",
+                "errors", "state")
+
+
+def link_names(cfg):
+    """Names of the PCIe links: ``gpu<k>`` (GPU k to its switch) and ``sw<s>``
+    (switch s to its root complex); direction ``up`` is towards the root."""
+    return [f"gpu{g}" for g in range(cfg.gpus)] + [f"sw{s}" for s in range(cfg.switches)]
+
+
+def counter_names(cfg):
+    """Names of the readable counters, in ``rd_addr`` order.
+
+    ``gpu<k>.state`` is 1 when GPU k is done.  Per link and direction
+    (``<link>.up`` / ``<link>.down``): ``tlps``, ``payload_bytes``,
+    ``lane_bytes`` (the link's capacity), ``busy`` (beats sent),
+    ``dllp_beats``.  Per socket-link direction (``socket<a><b>``): ``busy``
+    cycles.
+    """
+    names = ["cycles", "stuck", "overflow"]
+    for g in range(cfg.gpus):
+        names += [f"gpu{g}.{c}" for c in GPU_COUNTERS]
+    for link in link_names(cfg):
+        for d in ("up", "down"):
+            names += [f"{link}.{d}.{c}" for c in PcieLink.COUNTERS]
+    if cfg.sockets == 2:
+        names += ["socket01.busy", "socket10.busy"]
+    return names
+
+
+class PcieSystem(wiring.Component):
+    """The whole machine.  Clock: the 1 GHz model clock (``clk``, ``rst``).
+
+    Parameters
+    ----------
+    cfg : PcieConfig
+        Structural fields shape the RTL.
+
+    Members
+    -------
+    cfg_we : In(1), cfg_addr : In(9), cfg_data : In(32)
+        Register write: ``{0, gpu[3:0], reg[3:0]}`` a
+        :class:`~hdl.pcie.gpu.GpuReg` of a GPU; ``GLOBAL | reg`` a :class:`SysReg`.
+    ctl_start : In(1)
+        Start every GPU's copy (one-cycle pulse).
+    done : Out(1)
+        Every GPU done.
+    stuck : Out(1)
+        Watchdog: no GPU moved a beat for ``watchdog_cycles`` while not done.
+    rd_addr : In(16), rd_data : Out(32)
+        Counter read (see :func:`counter_names`).
+    """
+
+    def __init__(self, cfg=None):
+        from .config import PcieConfig
+        self.cfg = cfg or PcieConfig()
+        super().__init__({
+            "cfg_we": In(1), "cfg_addr": In(9), "cfg_data": In(32), "ctl_start": In(1),
+            "done": Out(1), "stuck": Out(1), "rd_addr": In(16), "rd_data": Out(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        gps, sps = cfg.gpus_per_switch, cfg.switches_per_socket
+        regs = {r: Signal(32 if r == SysReg.SKP_BLOCKS else 8, name=f"reg_{r.name.lower()}")
+                for r in SysReg}
+        with m.If(self.cfg_we & self.cfg_addr[8]):
+            with m.Switch(self.cfg_addr[:4]):
+                for r, sig in regs.items():
+                    with m.Case(r):
+                        m.d.sync += sig.eq(self.cfg_data)
+        timing = {"i_lane_bytes": regs[SysReg.LANE_BYTES],
+                  "i_blocks_per_period": regs[SysReg.BLOCKS_PER_PERIOD],
+                  "i_skp_blocks": regs[SysReg.SKP_BLOCKS], "i_skp_cycles": regs[SysReg.SKP_CYCLES],
+                  "i_ack_every": regs[SysReg.ACK_EVERY], "i_fc_every": regs[SysReg.FC_EVERY]}
+        assert set(timing) == set(LinkTiming())
+        now = Signal(32)
+        m.d.sync += now.eq(now + 1)
+        tx_depth = cfg.tx_queue_beats     # a link port's transmit queue, per class
+        overflow = []
+
+        def new_link(name, a_credits, b_credits):
+            link = PcieLink(cfg, a_credits=a_credits, b_credits=b_credits)
+            m.submodules[name] = link
+            m.d.comb += [getattr(link, k).eq(v) for k, v in timing.items()]
+            m.d.comb += link.i_latency.eq(regs[SysReg.LINK_LATENCY])
+            overflow.append(link.o_overflow)
+            return link
+
+        # switches: ports 0..gps-1 down to GPUs, port gps up
+        switches = []
+        for s in range(cfg.switches):
+            first = s * gps
+            sw = Crossbar(cfg, ports=gps + 1, out_credits=tx_depth,
+                          port_of=lambda dst, first=first: Mux(
+                              (dst >= first) & (dst < first + gps), (dst - first)[:3], gps))
+            m.submodules[f"switch{s}"] = sw
+            m.d.comb += sw.i_latency.eq(regs[SysReg.SWITCH_LATENCY])
+            overflow.append(sw.o_overflow)
+            switches.append(sw)
+        # root complexes: ports 0..sps-1 down to switches, port sps to the other socket
+        roots = []
+        for k in range(cfg.sockets):
+            lo, hi = k * sps * gps, (k + 1) * sps * gps
+            rc = Crossbar(cfg, ports=sps + 1, out_credits=tx_depth,
+                          port_of=lambda dst, lo=lo, hi=hi: Mux(
+                              (dst >= lo) & (dst < hi), ((dst - lo) // gps)[:2], sps))
+            m.submodules[f"root{k}"] = rc
+            m.d.comb += rc.i_latency.eq(regs[SysReg.SWITCH_LATENCY])
+            overflow.append(rc.o_overflow)
+            roots.append(rc)
+
+        gpus, links = [], {}
+        for g in range(cfg.gpus):
+            gpu = GpuEndpoint(cfg, g, tx_credits=tx_depth)
+            m.submodules[f"gpu{g}"] = gpu
+            m.d.comb += [gpu.i_we.eq(self.cfg_we & ~self.cfg_addr[8] & (self.cfg_addr[4:8] == g)),
+                         gpu.i_reg.eq(self.cfg_addr[:3]), gpu.i_data.eq(self.cfg_data),
+                         gpu.i_start.eq(self.ctl_start), gpu.i_now.eq(now)]
+            sw = switches[gpu_switch(cfg, g)]
+            link = new_link(f"gpu{g}_link", gpu.rx_beats, sw.in_credits)
+            links[f"gpu{g}"] = link
+            port = g % gps
+            wiring.connect(m, gpu.o, link.a_i)
+            wiring.connect(m, link.a_o, gpu.i)
+            wiring.connect(m, sw.o[port], link.b_i)
+            wiring.connect(m, link.b_o, sw.i[port])
+            gpus.append(gpu)
+        for s, sw in enumerate(switches):
+            rc = roots[s // sps]
+            link = new_link(f"sw{s}_link", sw.in_credits, rc.in_credits)
+            links[f"sw{s}"] = link
+            wiring.connect(m, sw.o[gps], link.a_i)
+            wiring.connect(m, link.a_o, sw.i[gps])
+            wiring.connect(m, rc.o[s % sps], link.b_i)
+            wiring.connect(m, link.b_o, rc.i[s % sps])
+        sockets = []
+        if cfg.sockets == 2:
+            for a, b in ((0, 1), (1, 0)):
+                sl = SocketLink(cfg, in_credits=tx_depth, out_credits=roots[b].in_credits)
+                m.submodules[f"socket{a}{b}"] = sl
+                m.d.comb += [sl.i_bytes_per_cycle.eq(regs[SysReg.SOCKET_BYTES]),
+                             sl.i_tlp_overhead_bytes.eq(regs[SysReg.SOCKET_OVERHEAD]),
+                             sl.i_latency.eq(regs[SysReg.SOCKET_LATENCY])]
+                wiring.connect(m, roots[a].o[sps], sl.i)
+                wiring.connect(m, sl.o, roots[b].i[sps])
+                overflow.append(sl.o_overflow)
+                sockets.append(sl)
+        else:
+            for rc in roots:
+                m.d.comb += rc.i[sps].valid.eq(0)
+
+        m.d.comb += self.done.eq(Cat(*(g.o_done for g in gpus)).all())
+        # --- watchdog -----------------------------------------------------
+        running = Signal()
+        idle = Signal(32)
+        run_cycles = Signal(32)
+        progress = Cat(*(g.o_progress for g in gpus)).any()
+        with m.If(self.ctl_start):
+            m.d.sync += [running.eq(1), self.stuck.eq(0), idle.eq(0), run_cycles.eq(0)]
+        with m.Elif(running & ~self.done & ~self.stuck):
+            m.d.sync += run_cycles.eq(run_cycles + 1)
+            with m.If(progress):
+                m.d.sync += idle.eq(0)
+            with m.Elif(idle >= cfg.watchdog_cycles):
+                m.d.sync += self.stuck.eq(1)
+            with m.Else():
+                m.d.sync += idle.eq(idle + 1)
+
+        values = [run_cycles, self.stuck, Cat(*overflow).any()]
+        for g in gpus:
+            values += [g.o_tx_bytes, g.o_rx_bytes, g.o_first_tx, g.o_last_tx, g.o_first_rx,
+                       g.o_last_rx, g.o_errors, g.o_done]
+        for name in link_names(cfg):
+            link = links[name]
+            for d in ("ab", "ba"):
+                values += [getattr(link, f"{d}_{c}") for c in PcieLink.COUNTERS]
+        values += [sl.o_busy for sl in sockets]
+        with m.Switch(self.rd_addr):
+            for i, v in enumerate(values):
+                with m.Case(i):
+                    m.d.comb += self.rd_data.eq(v)
+        return m

@@ -1,0 +1,252 @@
+"""The PCIe copy machine: configuration, the link in Amaranth's simulator, and
+the seed's tables through the generated Verilog under cocotb."""
+
+import os
+from pathlib import Path
+
+import pytest
+from amaranth import Module, Signal
+from amaranth.lib import wiring
+from amaranth.sim import Simulator
+
+from hdl.pcie.config import PcieConfig
+from hdl.pcie.gpu import GpuEndpoint, GpuReg
+from hdl.pcie.link import PcieLink
+from hdl.pcie.system import PcieSystem, SysReg, system_registers
+from hdl.pcie.tlp import payload_beat
+from sim.build import generate_verilog
+from sim.cli import main
+from sim.experiments import pcie
+from sim.report import row_met
+from sim.runner import run_cocotb
+
+SIM = os.environ.get("FABRICSIM_SIM", "verilator")
+BUILD = Path(__file__).resolve().parent.parent / "build"
+CFG = PcieConfig()
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("max_payload_bytes", 200, "max_payload_bytes must be one of 128, 256"),
+    ("lanes", 3, "lanes must be one of 1, 2, 4, 8, 16"),
+    ("generation", 2, "generation must be one of 3, 4, 5"),
+    ("rx_data_credits", 0, "rx_data_credits must be an integer from 2"),
+    ("rx_header_credits", 0, "rx_header_credits must be an integer from 1"),
+    ("generation", 5, "lanes must be at most 8 at Gen5"),
+])
+def test_bad_configuration_names_the_field(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        PcieConfig(**{field: value})
+
+
+@pytest.mark.parametrize("pairs,message", [
+    ([(0, 8)], "pair GPU must be from 0 to 7, not 8"),
+    ([(3, 3)], r"pair must name two different GPUs, not \[3, 3\]"),
+    ([(0, 1), (0, 2)], "each GPU at most one copy to send"),
+    ([(0, 2), (1, 2)], "each GPU at most one copy to receive"),
+])
+def test_bad_pairs_are_refused(pairs, message):
+    with pytest.raises(ValueError, match=message):
+        pcie.copy_run(CFG, "bad", pairs, 4096, 128)
+
+
+def test_cli_refuses_a_bad_payload_size_before_any_build(tmp_path, capsys):
+    status = main(["--build", str(tmp_path / "b"), "--results", str(tmp_path / "r"),
+                   "run", "pcie.peer_copy", "--set", "max_payload_bytes=100"])
+    assert status == 2
+    assert "max_payload_bytes must be one of" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists() and not (tmp_path / "r").exists()
+
+
+def _two_gpus_over_one_link(write_bytes, nbytes, both):
+    """GPU 0 and GPU 1 joined by one link (Amaranth's simulator): GPU 0 copies
+    ``nbytes`` to GPU 1 (and back at once with ``both``); returns each GPU's
+    counters and the link's."""
+    m = Module()
+    g0 = GpuEndpoint(CFG, 0, tx_credits=CFG.tx_queue_beats)
+    g1 = GpuEndpoint(CFG, 1, tx_credits=CFG.tx_queue_beats)
+    link = PcieLink(CFG, a_credits=g0.rx_beats, b_credits=g1.rx_beats)
+    m.submodules += [g0, g1, link]
+    wiring.connect(m, g0.o, link.a_i)
+    wiring.connect(m, link.a_o, g0.i)
+    wiring.connect(m, g1.o, link.b_i)
+    wiring.connect(m, link.b_o, g1.i)
+    now = Signal(32)
+    m.d.sync += now.eq(now + 1)
+    m.d.comb += [g0.i_now.eq(now), g1.i_now.eq(now), link.i_latency.eq(CFG.link_latency_cycles)]
+    regs = system_registers(CFG)
+    for port, reg in (("i_lane_bytes", SysReg.LANE_BYTES),
+                      ("i_blocks_per_period", SysReg.BLOCKS_PER_PERIOD),
+                      ("i_skp_blocks", SysReg.SKP_BLOCKS), ("i_skp_cycles", SysReg.SKP_CYCLES),
+                      ("i_ack_every", SysReg.ACK_EVERY), ("i_fc_every", SysReg.FC_EVERY)):
+        m.d.comb += getattr(link, port).eq(regs[reg])
+    out = {}
+
+    async def bench(ctx):
+        async def write(gpu, reg, value):
+            ctx.set(gpu.i_we, 1)
+            ctx.set(gpu.i_reg, reg)
+            ctx.set(gpu.i_data, value)
+            await ctx.tick()
+            ctx.set(gpu.i_we, 0)
+        for src, dst, on in ((g0, 1, True), (g1, 0, both)):
+            await write(src, GpuReg.DST, dst)
+            await write(src, GpuReg.SRC, dst)
+            await write(src, GpuReg.BYTES, nbytes if on else 0)
+            await write(src, GpuReg.WRITE_BYTES, write_bytes)
+        await write(g1, GpuReg.EXPECT, nbytes)
+        await write(g0, GpuReg.EXPECT, nbytes if both else 0)
+        for g in (g0, g1):
+            ctx.set(g.i_start, 1)
+        await ctx.tick()
+        for g in (g0, g1):
+            ctx.set(g.i_start, 0)
+        for _ in range(20 * nbytes // 32):
+            await ctx.tick()
+            if ctx.get(g0.o_done) and ctx.get(g1.o_done):
+                break
+        for g in (g0, g1):
+            out[g.gpu] = {k: ctx.get(getattr(g, f"o_{k}"))
+                          for k in ("done", "rx_bytes", "first_tx", "last_rx", "errors")}
+        out["link"] = {k: ctx.get(getattr(link, k)) for k in ("ab_dllp_beats", "ba_dllp_beats",
+                                                              "o_overflow")}
+
+    sim = Simulator(m)
+    sim.add_clock(1e-9)
+    sim.add_testbench(bench)
+    sim.run()
+    return out
+
+
+@pytest.mark.parametrize("write_bytes,beats", [(128, 5), (64, 3)])
+def test_a_link_moves_payload_at_its_beat_share(write_bytes, beats):
+    """A write of n bytes takes a header beat and n / 32 data beats, at 64
+    cycles in 65 less the SKP ordered sets: 25.2 GB/s for 128 B writes, 21.0
+    for 64 B; both ways at once each direction keeps that rate, its DLLPs
+    riding in the other direction's header beats; every byte arrives intact."""
+    expected = 32 * (beats - 1) / beats * 64 / 65 * (1 - 8 / (372 * 8 + 8 * 372 // 64))
+    for both in (False, True):
+        rates = []
+        for nbytes in (4096, 12288):
+            got = _two_gpus_over_one_link(write_bytes, nbytes, both)
+            assert got[1]["done"] and got[1]["errors"] == 0 and got["link"]["o_overflow"] == 0
+            assert got[1]["rx_bytes"] == nbytes
+            rates.append((nbytes, got[1]["last_rx"] - got[0]["first_tx"]))
+        (n0, t0), (n1, t1) = rates
+        assert (n1 - n0) / (t1 - t0) == pytest.approx(expected, rel=0.01), (both, rates)
+        if both:
+            assert got[0]["errors"] == 0 and got[0]["rx_bytes"] == nbytes
+
+
+def _beats(src=0, dst=1, addr=0, length=128, drop=None, dup=None, last_at=None):
+    """The beats of one 128 B write as dicts of flit fields, optionally broken."""
+    out = [dict(kind=0, vc=0, src=src, dst=dst, addr=addr, length=length, head=1, last=0)]
+    n = length // 32
+    for k in range(n):
+        out.append(dict(kind=0, vc=0, src=src, dst=dst, addr=addr + 32 * k, length=length,
+                        head=0, last=int(k == (n - 1 if last_at is None else last_at)),
+                        data=payload_beat(src, addr + 32 * k)))
+    if dup is not None:
+        out.insert(dup + 1, out[dup + 1])
+    if drop is not None:
+        del out[drop + 1]
+    return out
+
+
+@pytest.mark.parametrize("broken,bad", [
+    ([_beats(), _beats(addr=128)], False),
+    ([_beats(dst=5)], True),                           # misrouted
+    ([_beats(src=2)], True),                           # from the wrong source
+    ([_beats(), _beats(addr=256)], True),              # a write skipped
+    ([_beats(addr=128), _beats()], True),              # writes out of order
+    ([_beats(drop=1), _beats(addr=128)], True),        # a beat lost
+    ([_beats(dup=1)], True),                           # a beat duplicated
+    ([_beats(last_at=2), _beats(addr=128)], True),     # a TLP cut short
+])
+def test_memory_flags_lost_duplicated_misrouted_and_reordered_writes(broken, bad):
+    """The receiving GPU checks every beat against the write it belongs to."""
+    gpu = GpuEndpoint(CFG, 1, tx_credits=CFG.tx_queue_beats)
+    got = {}
+
+    async def bench(ctx):
+        for reg, value in ((GpuReg.SRC, 0), (GpuReg.EXPECT, 1 << 20)):
+            ctx.set(gpu.i_we, 1)
+            ctx.set(gpu.i_reg, reg)
+            ctx.set(gpu.i_data, value)
+            await ctx.tick()
+        ctx.set(gpu.i_we, 0)
+        ctx.set(gpu.i_start, 1)
+        await ctx.tick()
+        ctx.set(gpu.i_start, 0)
+        for tlp in broken:
+            for beat in tlp:
+                ctx.set(gpu.i.valid, 1)
+                for key, value in beat.items():
+                    ctx.set(getattr(gpu.i.flit, key), value)
+                await ctx.tick()
+        ctx.set(gpu.i.valid, 0)
+        for _ in range(20):
+            await ctx.tick()
+        got["errors"] = ctx.get(gpu.o_errors)
+
+    sim = Simulator(gpu)
+    sim.add_clock(1e-9)
+    sim.add_testbench(bench)
+    sim.run()
+    assert (got["errors"] != 0) == bad, got
+
+
+def test_payload_pattern_is_distinct_per_source_and_address():
+    seen = {payload_beat(src, addr) for src in range(10) for addr in range(0, 4096, 32)}
+    assert len(seen) == 10 * 128
+
+
+# --- the seed's tables through Verilog -------------------------------------------
+
+_RESULTS = {}
+
+#: Rows the model does not meet yet, with the reason (see the report's notes).
+#: Strict: a row that starts passing fails here until it is taken off the list.
+KNOWN_GAPS = {
+    ("peer_copy", "ring8: [3,4]"):
+        "the socket link's two directions are independent: 18.3 GB/s, as for one pair; the "
+        "seed's ring loses 6 % there (17.4)",
+}
+
+
+@pytest.fixture(scope="session")
+def experiment_result(tmp_path_factory):
+    def get(name):
+        if name not in _RESULTS:
+            exp = pcie.EXPERIMENTS[name]
+            verilog = generate_verilog(PcieSystem, CFG.hardware(), "pcie_system",
+                                       build_root=BUILD)
+            runs = pcie.build_runs(CFG, exp)
+            got = run_cocotb(verilog, "pcie_system", "testbenches.pcie", sim=SIM,
+                             plan=pcie.plan(CFG, runs), test_dir=tmp_path_factory.mktemp(name))
+            _RESULTS[name] = pcie.analyse(CFG, exp, runs, got["runs"], SIM)
+        return _RESULTS[name]
+    return get
+
+
+def _row_ids():
+    ref = pcie.reference()
+    for name in pcie.EXPERIMENTS:
+        for scenario, entry in ref[name].items():
+            for src, dst in entry["pairs"]:
+                yield name, f"{scenario}: [{src},{dst}]"
+
+
+@pytest.mark.parametrize("name,quantity", [
+    pytest.param(n, q, marks=[pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[(n, q)])]
+                 if (n, q) in KNOWN_GAPS else [])
+    for n, q in _row_ids()])
+def test_row_meets_the_seed(experiment_result, name, quantity):
+    row = next(r for r in experiment_result(name)["rows"] if r["quantity"].startswith(quantity))
+    assert row_met(row), f"{quantity}: model {row['model']:.2f} vs {row['reference']}"
+
+
+def test_topology_shows_every_link(experiment_result):
+    topo = experiment_result("peer_copy")["topology"]
+    assert len(topo["links"]) == CFG.gpus + CFG.switches + 1
+    # the 8-GPU ring uses every GPU link in both directions
+    assert all(link["ab"] > 0.5 and link["ba"] > 0.5 for link in topo["links"][:CFG.gpus])
