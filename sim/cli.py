@@ -126,7 +126,10 @@ def parse_overrides(config_cls, items):
             else:
                 value = text
         except ValueError:
-            raise UsageError(f"{name} must be a {type(default).__name__}, not {text!r}") from None
+            kind = {int: "an integer (0x... allowed)", float: "a number"}.get(
+                type(default), "comma-separated numbers" if isinstance(default, tuple)
+                else type(default).__name__)
+            raise UsageError(f"{name} must be {kind}, not {text!r}") from None
         changes[name] = value
     try:
         return dataclasses.replace(defaults, **changes)

@@ -53,7 +53,7 @@ def test_set_parses_by_field_type():
 @pytest.mark.parametrize("items,text", [
     (["nosuch=1"], "--set field must be one of"),
     (["cluster_size"], "--set takes FIELD=VALUE"),
-    (["cluster_size=two"], "cluster_size must be a int"),
+    (["cluster_size=two"], "cluster_size must be an integer"),
     (["cluster_size=99"], "cluster_size must be an integer from 1 to 16"),
 ])
 def test_bad_set_items(items, text):

@@ -100,6 +100,11 @@ class PcieConfig(ConfigBase):
     kernel_write_bytes: int = _run(64, f"{SEED}: '3.2.4 ... int4 loads and stores': a "
                                        "warp's stores leave the SM as 64 B writes (not in the "
                                        "seed)")
+    kernel_read_bytes: int = _run(128, f"{SEED}: '3.2.4 ... int4 loads and stores': a pull "
+                                       "kernel's loads leave the SM as one read request per "
+                                       "128 B line (not in the seed)")
+    read_tags: int = _run(256, "reads a GPU keeps outstanding: every 8-bit tag (PCIe "
+                               "Extended Tag Field; not in the seed)")
     watchdog_cycles: int = _hw(20000, "no TLP moved for this many cycles ends a run")
 
     def __post_init__(self):
@@ -154,6 +159,10 @@ class PcieConfig(ConfigBase):
              and self.kernel_write_bytes >= self.datapath_bytes,
              f"from datapath_bytes ({self.datapath_bytes}) to max_payload_bytes "
              f"({self.max_payload_bytes})")
+        one_of("kernel_read_bytes", (32, 64, 128, 256, 512, 1024, 2048, 4096))
+        need("kernel_read_bytes", self.kernel_read_bytes >= self.datapath_bytes,
+             f"at least datapath_bytes ({self.datapath_bytes})")
+        integer("read_tags", 1, 256)
         integer("watchdog_cycles", 100, 1 << 30)
 
     # --- derived ----------------------------------------------------------------

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from hdl.pcie.config import CLOCK_MHZ, gpu_socket
-from hdl.pcie.gpu import GpuReg
+from hdl.pcie.gpu import GpuMode, GpuReg
 from hdl.pcie.system import GLOBAL, counter_names, link_names, system_registers
 from sim.fit import error_pct, fit_affine
 
@@ -36,31 +36,38 @@ def reference():
 
 @dataclass(frozen=True)
 class Experiment:
-    """One experiment: copies of ``write`` TLPs (``"max_payload"`` for the copy
-    engine, ``"kernel"`` for a push kernel's stores) over each scenario of the
-    reference table ``name``."""
+    """One experiment: copies over each scenario of the reference table
+    ``name``, by ``mode`` (:class:`~hdl.pcie.gpu.GpuMode`) in TLPs of
+    ``tlp`` (a field of the configuration: ``max_payload_bytes`` for the copy
+    engine, ``kernel_write_bytes`` or ``kernel_read_bytes`` for a kernel)."""
 
     name: str
     title: str
-    write: str
+    mode: GpuMode
+    tlp: str
     notes: tuple = ()
 
 
-def _write_bytes(cfg, exp):
-    return cfg.max_payload_bytes if exp.write == "max_payload" else cfg.kernel_write_bytes
-
-
-def copy_run(cfg, label, pairs, nbytes, write_bytes, meta=None):
+def copy_run(cfg, label, pairs, nbytes, tlp_bytes, meta=None, mode=GpuMode.PUSH):
     """Register writes of one run: each ``(src, dst)`` of ``pairs`` copies
-    ``nbytes`` in writes of ``write_bytes``; every other GPU idles.
+    ``nbytes`` from GPU ``src`` to GPU ``dst``, pushed by ``src`` in writes of
+    ``tlp_bytes`` or pulled by ``dst`` in reads of ``tlp_bytes`` (``mode``);
+    every other GPU idles.
 
     Raises
     ------
     ValueError
         If a pair names a GPU that does not exist, a GPU paired with itself, a
-        GPU that sends twice, or sizes the GPU cannot do; the message names
-        the field and the allowed values.
+        GPU that sends or receives twice, or sizes the GPU cannot do; the
+        message names the field and the allowed values.
     """
+    try:
+        pairs = list(pairs)
+    except TypeError:
+        raise ValueError(f"pairs must be a list of (source, destination) GPU pairs, "
+                         f"not {pairs!r}") from None
+    if not pairs:
+        raise ValueError("pairs must name at least one (source, destination) GPU pair")
     for pair in pairs:
         if not (isinstance(pair, (tuple, list)) and len(pair) == 2
                 and all(isinstance(g, int) and not isinstance(g, bool) for g in pair)):
@@ -75,28 +82,33 @@ def copy_run(cfg, label, pairs, nbytes, write_bytes, meta=None):
         ends = [p[i] for p in pairs]
         if len(set(ends)) != len(ends):
             raise ValueError(f"pairs must give each GPU at most one copy to {what}, not {pairs}")
-    if write_bytes % cfg.datapath_bytes or not cfg.datapath_bytes <= write_bytes \
-            <= cfg.max_payload_bytes:
-        raise ValueError(f"write bytes must be a multiple of {cfg.datapath_bytes} from "
-                         f"{cfg.datapath_bytes} to max_payload_bytes ({cfg.max_payload_bytes}), "
-                         f"not {write_bytes}")
-    if not (isinstance(nbytes, int) and 0 < nbytes < 1 << 31 and nbytes % write_bytes == 0):
-        raise ValueError(f"bytes must be a positive multiple of {write_bytes} below 2**31, "
+    most = cfg.max_payload_bytes if mode == GpuMode.PUSH else 4096
+    if not isinstance(tlp_bytes, int) or tlp_bytes % cfg.datapath_bytes \
+            or not cfg.datapath_bytes <= tlp_bytes <= most:
+        raise ValueError(f"TLP bytes must be a multiple of {cfg.datapath_bytes} from "
+                         f"{cfg.datapath_bytes} to {most}"
+                         f"{' (max_payload_bytes)' if mode == GpuMode.PUSH else ''}, "
+                         f"not {tlp_bytes!r}")
+    if not (isinstance(nbytes, int) and 0 < nbytes < 1 << 31 and nbytes % tlp_bytes == 0):
+        raise ValueError(f"bytes must be a positive multiple of {tlp_bytes} below 2**31, "
                          f"not {nbytes!r}")
     writes = [(GLOBAL | reg, value) for reg, value in system_registers(cfg).items()]
     expect = {g: 0 for g in range(cfg.gpus)}
     for _, dst in pairs:
         expect[dst] += nbytes
-    to = dict(pairs)
     came = {d: s for s, d in pairs}
+    # the GPU whose copy engine runs each copy, and the peer it names
+    engine = dict(pairs) if mode == GpuMode.PUSH else came
     for g in range(cfg.gpus):
-        writes += [(g << 4 | GpuReg.DST, to.get(g, 0)),
-                   (g << 4 | GpuReg.BYTES, nbytes if g in to else 0),
-                   (g << 4 | GpuReg.WRITE_BYTES, write_bytes),
+        writes += [(g << 4 | GpuReg.PEER, engine.get(g, 0)),
+                   (g << 4 | GpuReg.BYTES, nbytes if g in engine else 0),
+                   (g << 4 | GpuReg.TLP_BYTES, tlp_bytes),
+                   (g << 4 | GpuReg.MODE, int(mode)),
+                   (g << 4 | GpuReg.TAGS, cfg.read_tags),
                    (g << 4 | GpuReg.EXPECT, expect[g]),
                    (g << 4 | GpuReg.SRC, came.get(g, 0xF))]
     return {"label": label, "writes": writes, "pairs": [list(p) for p in pairs],
-            "bytes": nbytes, "expect": expect, "meta": meta or {}}
+            "bytes": nbytes, "expect": expect, "mode": int(mode), "meta": meta or {}}
 
 
 def _scenarios(exp):
@@ -113,12 +125,17 @@ def build_runs(cfg, exp):
         If a scenario names a GPU the configuration does not have.
     """
     runs = []
-    wb = _write_bytes(cfg, exp)
+    size = getattr(cfg, exp.tlp)
     for name, entry in _scenarios(exp).items():
         pairs = [tuple(p) for p in entry["pairs"]]
+        need = max(max(p) for p in pairs) + 1
+        if need > cfg.gpus:
+            raise ValueError(f"sockets x switches_per_socket x gpus_per_switch must give at "
+                             f"least {need} GPUs for {exp.name}'s {name} scenario, not "
+                             f"{cfg.gpus}")
         for nbytes in SWEEP_BYTES:
-            runs.append(copy_run(cfg, f"{name}: {nbytes} B per pair", pairs, nbytes, wb,
-                                 {"scenario": name}))
+            runs.append(copy_run(cfg, f"{name}: {nbytes} B per pair", pairs, nbytes, size,
+                                 {"scenario": name}, exp.mode))
     return runs
 
 
@@ -208,8 +225,10 @@ def analyse(cfg, exp, runs, results, simulator):
         mine = [(r, g) for r, g in zip(runs, results) if r["meta"]["scenario"] == name]
         got_bw = []
         for k, (src, dst) in enumerate(entry["pairs"]):
+            # from the copy engine's first TLP to the last byte landing
+            engine = src if exp.mode == GpuMode.PUSH else dst
             points = [(r["bytes"], g["counters"][f"gpu{dst}.last_rx"]
-                       - g["counters"][f"gpu{src}.first_tx"]) for r, g in mine]
+                       - g["counters"][f"gpu{engine}.first_tx"]) for r, g in mine]
             fit = fit_affine([p for p, _ in points], [c for _, c in points])
             gbps = fit.bytes_per_cycle * CLOCK_MHZ / 1e3
             got_bw.append(gbps)
@@ -258,16 +277,32 @@ _MECHANISM = (
     "and ring rows are predictions. Known gap: in the 8-GPU ring the seed's cross-socket "
     "copies lose 6 % against one pair (17.4 against 18.5 GB/s); the model's socket link "
     "carries its two directions independently, so they do not.",
-    "Not built yet: reads (the pull kernel), copies staged through host memory, and copies "
-    "with peer access switched off.")
+    "Not built yet: copies staged through host memory, and copies with peer access "
+    "switched off.")
 
 EXPERIMENTS = {e.name: e for e in (
     Experiment("peer_copy", "Peer access: cudaMemcpyAsync device to device (copy engine)",
-               "max_payload",
+               GpuMode.PUSH, "max_payload_bytes",
                notes=("The copy engine writes the peer's memory with posted writes of "
                       "max_payload_bytes (128 B). Three sizes per pair (16, 32 and 64 KiB); "
                       "bandwidth is the inverse of the fitted cycles per byte.",) + _MECHANISM),
-    Experiment("kernel_push", "Custom copy kernel, push mode (peer access)", "kernel",
+    Experiment("kernel_push", "Custom copy kernel, push mode (peer access)", GpuMode.PUSH,
+               "kernel_write_bytes",
                notes=("A push kernel's int4 stores leave the SMs as 64 B writes "
                       "(kernel_write_bytes); otherwise as the copy engine.",) + _MECHANISM),
+    Experiment("kernel_pull", "Custom copy kernel, pull mode (peer access)", GpuMode.PULL,
+               "kernel_read_bytes",
+               notes=("The destination's pull kernel reads the source's memory: one read "
+                      "request per 128 B line (kernel_read_bytes), up to read_tags "
+                      "outstanding; the source's completer answers each with a 128 B "
+                      "completion (3 DW header). A completion takes 5 beats like a 128 B "
+                      "write, and each read request a beat of its own on the way there.",
+                      "Why a GPU that pulls and is pulled from at once slows down (the "
+                      "seed's [0,1] + [1,2] and rings): its link carries, each way, the "
+                      "completions of one copy and the read requests of the other, one "
+                      "request beat per five completion beats.",
+                      "Known gap: in the 8-GPU ring the two cross-socket pulls come out at "
+                      "13.0 GB/s against the seed's 11: on the socket link each direction "
+                      "carries one pair's completions and the other's read requests, and "
+                      "the model charges a request only its per-TLP cost there.") + _MECHANISM),
 )}
