@@ -64,6 +64,8 @@ def test_bad_pairs_input_is_refused_not_dropped():
     assert run["pairs"] == [[0, 1]] and run["expect"][1] == 4096
     with pytest.raises(ValueError, match="TLP bytes must be"):
         pcie.copy_run(CFG, "float", [(0, 1)], 4096, 64.0)
+    with pytest.raises(ValueError, match="TLP bytes must be a power of two"):
+        pcie.copy_run(CFG, "odd", [(0, 1)], 4032, 192, mode=GpuMode.PULL)
 
 
 def test_cli_refuses_a_bad_payload_size_before_any_build(tmp_path, capsys):
@@ -165,14 +167,17 @@ def test_a_link_moves_payload_at_its_beat_share(write_bytes, beats, mode):
             assert got[0]["errors"] == 0 and got[0]["rx_bytes"] == nbytes
 
 
-def _beats(src=0, dst=1, addr=0, length=128, drop=None, dup=None, last_at=None):
-    """The beats of one 128 B write as dicts of flit fields, optionally broken."""
-    out = [dict(kind=0, vc=0, src=src, dst=dst, addr=addr, length=length, head=1, last=0)]
+def _beats(src=0, dst=1, addr=0, length=128, drop=None, dup=None, last_at=None, tag=None):
+    """The beats of one 128 B write (or, with ``tag``, completion) as dicts of
+    flit fields, optionally broken."""
+    kind, vc = (0, 0) if tag is None else (2, 2)
+    out = [dict(kind=kind, vc=vc, src=src, dst=dst, addr=addr, length=length, head=1, last=0,
+                tag=tag or 0)]
     n = length // 32
     for k in range(n):
-        out.append(dict(kind=0, vc=0, src=src, dst=dst, addr=addr + 32 * k, length=length,
+        out.append(dict(kind=kind, vc=vc, src=src, dst=dst, addr=addr + 32 * k, length=length,
                         head=0, last=int(k == (n - 1 if last_at is None else last_at)),
-                        data=payload_beat(src, addr + 32 * k)))
+                        tag=tag or 0, data=payload_beat(src, addr + 32 * k)))
     if dup is not None:
         out.insert(dup + 1, out[dup + 1])
     if drop is not None:
@@ -189,6 +194,9 @@ def _beats(src=0, dst=1, addr=0, length=128, drop=None, dup=None, last_at=None):
     ([_beats(drop=1), _beats(addr=128)], True),        # a beat lost
     ([_beats(dup=1)], True),                           # a beat duplicated
     ([_beats(last_at=2), _beats(addr=128)], True),     # a TLP cut short
+    ([_beats(tag=0), _beats(addr=128, tag=1)], False),  # completions of reads 0 and 1
+    ([_beats(tag=1), _beats(addr=128, tag=0)], True),   # completions with swapped tags
+    ([_beats(tag=0, length=256)], True),                # one completion for two reads
 ])
 def test_memory_flags_lost_duplicated_misrouted_and_reordered_writes(broken, bad):
     """The receiving GPU checks every beat against the write it belongs to."""
@@ -196,7 +204,7 @@ def test_memory_flags_lost_duplicated_misrouted_and_reordered_writes(broken, bad
     got = {}
 
     async def bench(ctx):
-        for reg, value in ((GpuReg.SRC, 0), (GpuReg.EXPECT, 1 << 20)):
+        for reg, value in ((GpuReg.SRC, 0), (GpuReg.EXPECT, 1 << 20), (GpuReg.TLP_BYTES, 128)):
             ctx.set(gpu.i_we, 1)
             ctx.set(gpu.i_reg, reg)
             ctx.set(gpu.i_data, value)

@@ -7,7 +7,7 @@ With peer access, ``cudaMemcpyAsync`` from device to device is done by the
 source GPU's copy engine as posted memory writes of ``max_payload_bytes``
 straight into the peer's memory; a push kernel's stores leave the SMs as
 writes of ``kernel_write_bytes``.  A pull kernel on the destination reads
-the source's memory: memory reads of ``max_read_request_bytes`` with at most
+the source's memory: memory reads of ``kernel_read_bytes`` with at most
 ``read_tags`` outstanding, answered by the source's completer with
 completions of at most ``max_payload_bytes``.  Payload data are
 :func:`~hdl.pcie.tlp.payload_beat` of the source and the address, checked
@@ -36,7 +36,7 @@ class GpuReg(enum.IntEnum):
     EXPECT = 3       #: bytes this GPU's memory should take in during the run
     SRC = 4          #: node those bytes come from
     MODE = 5         #: :class:`GpuMode`
-    TAGS = 6         #: reads outstanding at most (pull), 1 to 256
+    TAGS = 6         #: reads outstanding at most (pull), 1 to 256 (others are clamped)
 
 
 class GpuMode(enum.IntEnum):
@@ -138,9 +138,12 @@ class GpuEndpoint(wiring.Component):
         offset = Signal(32)       # next byte of the copy to write or request
         issuing = Signal()
         outstanding = Signal(9)   # reads requested and not yet fully answered
+        requested = Signal(8)     # reads issued, modulo 256: the next read's tag
         answered = Signal()       # a read's last completion byte came in (below)
+        tag_limit = Mux(tags == 0, 1, Mux(tags > 256, 256, tags))
         with m.If(self.i_start):
-            m.d.sync += [issuing.eq(total != 0), offset.eq(0), outstanding.eq(0)]
+            m.d.sync += [issuing.eq(total != 0), offset.eq(0), outstanding.eq(0),
+                         requested.eq(0)]
 
         def issued(nbytes):
             m.d.sync += [offset.eq(offset + nbytes), self.o_last_tx.eq(self.i_now)]
@@ -176,15 +179,16 @@ class GpuEndpoint(wiring.Component):
 
         # pull: read requests, at most TAGS outstanding
         rd = send.i[FcClass.NP]
-        m.d.comb += [rd.valid.eq(issuing & (mode == GpuMode.PULL) & (outstanding < tags)),
+        m.d.comb += [rd.valid.eq(issuing & (mode == GpuMode.PULL) & (outstanding < tag_limit)),
                      rd.payload.kind.eq(TlpType.MRD), rd.payload.vc.eq(FcClass.NP),
                      rd.payload.src.eq(self.gpu), rd.payload.dst.eq(peer),
                      rd.payload.addr.eq(offset), rd.payload.length.eq(tlp_bytes),
-                     rd.payload.tag.eq(offset // tlp_bytes), rd.payload.head.eq(1),
+                     rd.payload.tag.eq(requested), rd.payload.head.eq(1),
                      rd.payload.last.eq(1)]
         with m.If(~self.i_start):
             m.d.sync += outstanding.eq(outstanding + (rd.valid & rd.ready) - answered)
         with m.If(rd.valid & rd.ready):
+            m.d.sync += requested.eq(requested + 1)
             issued(tlp_bytes)
 
         # --- completer: answers each read in order with completions of up to MPS ---
@@ -213,8 +217,7 @@ class GpuEndpoint(wiring.Component):
                 m.d.sync += c_head.eq(0)
             with m.Elif(c_beat == c_len // dp - 1):
                 m.d.sync += [c_beat.eq(0), c_head.eq(1), c_addr.eq(c_addr + c_len),
-                             c_left.eq(c_left - c_len),
-                             self.o_tx_bytes.eq(self.o_tx_bytes + c_len)]
+                             c_left.eq(c_left - c_len)]
                 with m.If(c_left == c_len):
                     m.d.sync += serving.eq(0)
             with m.Else():
@@ -228,8 +231,11 @@ class GpuEndpoint(wiring.Component):
             m.d.sync += [serving.eq(req.payload.length != 0), c_dst.eq(req.payload.src),
                          c_addr.eq(req.payload.addr), c_left.eq(req.payload.length),
                          c_tag.eq(req.payload.tag), c_head.eq(1), c_beat.eq(0)]
-        with m.If(wr.valid & wr.ready & ~head & (beat == beats - 1)):
-            m.d.sync += self.o_tx_bytes.eq(self.o_tx_bytes + tlp_bytes)
+        # payload bytes sent: a write's and a completion's may finish in one cycle
+        wrote = wr.valid & wr.ready & ~head & (beat == beats - 1)
+        completed = cpl.valid & cpl.ready & ~c_head & (c_beat == c_len // dp - 1)
+        m.d.sync += self.o_tx_bytes.eq(self.o_tx_bytes + Mux(wrote, tlp_bytes, 0)
+                                       + Mux(completed, c_len, 0))
         with m.If(self.i_start):
             m.d.sync += [self.o_tx_bytes.eq(0), serving.eq(0)]
 
@@ -237,8 +243,11 @@ class GpuEndpoint(wiring.Component):
         errors = self.o_errors
         bad = Signal()
         took = Signal(2)          # payload beats that came in this cycle
-        cpl_bytes = Signal(32)    # completion bytes taken in: a read is answered at
-        m.d.comb += rx.o[FcClass.P].ready.eq(1)    # each tlp_bytes boundary
+        # completions answer the reads in order: the read being answered (its
+        # tag) and the bytes of it still to come
+        cpl_tag = Signal(8)
+        cpl_left = Signal(13)
+        m.d.comb += rx.o[FcClass.P].ready.eq(1)
         m.d.comb += rx.o[FcClass.CPL].ready.eq(1)
         for c, kind in ((FcClass.P, TlpType.MWR), (FcClass.CPL, TlpType.CPLD)):
             next_addr = Signal(32, name=f"next_addr_{c.name.lower()}")
@@ -253,6 +262,11 @@ class GpuEndpoint(wiring.Component):
                     # a TLP starts where the last of its class ended, after its final beat
                     with m.If((got.addr != next_addr) | (beats_left != 0) | got.last):
                         m.d.comb += bad.eq(1)
+                    if c == FcClass.CPL:
+                        # a completion carries its read's tag and stays inside that read
+                        with m.If((got.tag != cpl_tag) | (got.length > cpl_left)
+                                  | (got.length > mps)):
+                            m.d.comb += bad.eq(1)
                     m.d.sync += beats_left.eq(got.length // dp)
                 with m.Else():
                     with m.If((beats_left == 0) | (got.addr != next_addr)
@@ -262,10 +276,13 @@ class GpuEndpoint(wiring.Component):
                     m.d.comb += took[c == FcClass.CPL].eq(1)
                     m.d.sync += [next_addr.eq(got.addr + dp), beats_left.eq(beats_left - 1)]
                     if c == FcClass.CPL:
-                        m.d.sync += cpl_bytes.eq(cpl_bytes + dp)
-                        m.d.comb += answered.eq(((cpl_bytes + dp) % tlp_bytes) == 0)
+                        m.d.comb += answered.eq(cpl_left == dp)
+                        m.d.sync += cpl_left.eq(Mux(cpl_left == dp, tlp_bytes, cpl_left - dp))
+                        with m.If(cpl_left == dp):
+                            m.d.sync += cpl_tag.eq(cpl_tag + 1)
         with m.If(self.i_start):
-            m.d.sync += [errors.eq(0), self.o_rx_bytes.eq(0), cpl_bytes.eq(0)]
+            m.d.sync += [errors.eq(0), self.o_rx_bytes.eq(0), cpl_tag.eq(0),
+                         cpl_left.eq(tlp_bytes)]
         with m.Else():
             with m.If(bad & (errors != 0xFFFF)):
                 m.d.sync += errors.eq(errors + 1)

@@ -9,8 +9,8 @@ the 128b/130b sync headers (one cycle in 65) and a SKP ordered set every
 ``skp_interval_blocks`` blocks.  TLPs go whole, one starting per beat: a
 header beat (framing, header, length) and the data beats.  A transmitter
 starts a TLP only once all of it is in its queue, so its beats go back to
-back, and it picks posted TLPs first, so nothing passes a posted write;
-completions and read requests take turns.  The receiver
+back, and it picks a posted TLP first whenever one is ready to start (queued
+whole, with credits); completions and read requests take turns.  The receiver
 returns flow-control credits per class with UpdateFC DLLPs and acknowledges
 TLPs with Ack DLLPs; both travel the other direction and take its link time:
 one DLLP (8 B) fits in the slack of a TLP's header beat (framing and a 4 DW
@@ -171,8 +171,8 @@ class LinkPort(wiring.Component):
             m.d.comb += ready_to_start[c].eq(txq.o[c].valid & head.head & (whole[c] != 0)
                                              & (hdr_avail != 0) & (data_avail >= n)
                                              & (unacked < cfg.replay_tlps))
-        # posted first (nothing passes a posted write); completions and
-        # non-posted requests take turns (either may pass the other)
+        # a posted TLP ready to start goes first; completions and non-posted
+        # requests take turns (either may pass the other)
         start = Signal()
         pick = Signal(range(N_FC))
         np_next = Signal()        # a non-posted request goes next when both wait

@@ -83,11 +83,11 @@ def copy_run(cfg, label, pairs, nbytes, tlp_bytes, meta=None, mode=GpuMode.PUSH)
         if len(set(ends)) != len(ends):
             raise ValueError(f"pairs must give each GPU at most one copy to {what}, not {pairs}")
     most = cfg.max_payload_bytes if mode == GpuMode.PUSH else 4096
-    if not isinstance(tlp_bytes, int) or tlp_bytes % cfg.datapath_bytes \
+    if not isinstance(tlp_bytes, int) or tlp_bytes & (tlp_bytes - 1) \
             or not cfg.datapath_bytes <= tlp_bytes <= most:
-        raise ValueError(f"TLP bytes must be a multiple of {cfg.datapath_bytes} from "
-                         f"{cfg.datapath_bytes} to {most}"
-                         f"{' (max_payload_bytes)' if mode == GpuMode.PUSH else ''}, "
+        # a read of a power of two stays inside one 4 KiB page, as PCIe requires
+        raise ValueError(f"TLP bytes must be a power of two from {cfg.datapath_bytes} to "
+                         f"{most}{' (max_payload_bytes)' if mode == GpuMode.PUSH else ''}, "
                          f"not {tlp_bytes!r}")
     if not (isinstance(nbytes, int) and 0 < nbytes < 1 << 31 and nbytes % tlp_bytes == 0):
         raise ValueError(f"bytes must be a positive multiple of {tlp_bytes} below 2**31, "
