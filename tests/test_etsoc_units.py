@@ -332,7 +332,7 @@ def _simulate_mesh(cfg, run, extra=()):
 
 
 def _stream_through_two_shires(window):
-    """Two one-minion shires pass 1 KB messages both ways (Amaranth's
+    """Two one-minion shires pass 256 B messages both ways (Amaranth's
     simulator); returns the counters of the run."""
     from sim.experiments import mesh as experiments
 
@@ -340,7 +340,7 @@ def _stream_through_two_shires(window):
                      neighbourhoods=1, minions_per_neighbourhood=1, send_window_flits=window,
                      ack_flits=2, watchdog_cycles=3000)
     a, b = cfg.minion_id(0, 0), cfg.minion_id(1, 0)
-    run = experiments.build_run(cfg, "stream", experiments.Flows(((a, b), (b, a)), nregs=32,
+    run = experiments.build_run(cfg, "stream", experiments.Flows(((a, b), (b, a)), nregs=8,
                                                                  exchanges=3))
     out = _simulate_mesh(cfg, run)
     assert out["stuck"] == 0 and out["overflow"] == 0, out
@@ -351,7 +351,7 @@ def _stream_through_two_shires(window):
 
 
 def test_send_window_holds_back_a_stream_and_loses_nothing():
-    """With 3 flits in flight at most, 1 KB messages wait for ACKs: the run is
+    """With 3 flits in flight at most, 256 B messages wait for ACKs: the run is
     slower than without a window, and every flit still arrives intact."""
     free = _stream_through_two_shires(0)
     held = _stream_through_two_shires(3)

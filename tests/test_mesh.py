@@ -53,7 +53,7 @@ SAMPLED = {"round_trip": lambda cfg: mesh.pairs_runs(cfg, pairs=list(dict.fromke
                [(0, s) for s in range(1, cfg.compute_shires)] + mesh.sample_pairs(cfg)))),
            "one_kb": lambda cfg: mesh.pairs_runs(cfg, mesh.ONE_KB_REGISTERS,
                                                 mesh.sample_pairs(cfg)),
-           "credit": lambda cfg: mesh.pairs_runs(cfg, pairs=mesh.sample_pairs(cfg),
+           "credit": lambda cfg: mesh.pairs_runs(cfg, pairs=mesh.sample_pairs(cfg, per_hop=1),
                                                 credits=True)}
 
 
@@ -145,11 +145,12 @@ EXPECTED_ROWS = {
 }
 
 
-#: Experiments that need the whole-shire build besides the 32-shire one: their
-#: rows run under ``make soak`` (``make report`` runs them too), keeping
-#: ``make test`` short; the unit tests and the layouts' tree cover the trees,
-#: and the unit tests the barrier.
-SLOW = {"allreduce", "ring_bandwidth", "barrier"}
+#: Experiments that need the whole-shire build besides the 32-shire one, or
+#: long streams (message sizes up to 127 registers): their rows run under
+#: ``make soak`` (``make report`` runs them too), keeping ``make test`` short;
+#: the unit tests and the layouts' tree cover the trees, the unit tests the
+#: barrier, and the other experiments the message paths.
+SLOW = {"allreduce", "ring_bandwidth", "barrier", "message_size"}
 
 
 @pytest.mark.parametrize("name,quantity", [
