@@ -15,7 +15,7 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, First, ReadOnly, RisingEdge, Timer
 
-__all__ = ["load_plan", "write_result", "RegisterTB"]
+__all__ = ["load_plan", "write_result", "counter_deltas", "RegisterTB"]
 
 CLOCK_PERIOD_NS = 2
 
@@ -31,6 +31,14 @@ def write_result(result):
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(result, indent=1))
     os.replace(tmp, path)
+
+
+def counter_deltas(before, after, cumulative):
+    """``after`` with every counter whose name ends with one of ``cumulative``
+    (counters that only grow, wrapping at 2**32) replaced by its increase
+    since ``before``."""
+    return {k: (v - before[k]) % (1 << 32) if k.endswith(cumulative) else v
+            for k, v in after.items()}
 
 
 class RegisterTB:

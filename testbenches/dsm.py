@@ -8,7 +8,7 @@ from the RTL's own cycle counter.
 
 import cocotb
 
-from testbenches.common import RegisterTB, load_plan, write_result
+from testbenches.common import RegisterTB, counter_deltas, load_plan, write_result
 
 #: Counters that only grow; a run reports their increase over the run.
 _CUMULATIVE = (".flits", ".stalls", "inj_flits", "inj_stalls")
@@ -32,8 +32,7 @@ async def run_plan(dut):
         ended = await tb.wait_for("done", plan["run_cycles"], "stuck")
         after = await tb.read_counters()
         entry = {"label": run["label"], "ended": ended or "timeout",
-                 "counters": {k: (v - before[k]) % (1 << 32) if k.endswith(_CUMULATIVE) else v
-                              for k, v in after.items()}}
+                 "counters": counter_deltas(before, after, _CUMULATIVE)}
         if ended == "done":
             await tb.pulse("ctl_verify")
             if await tb.wait_for("verify_done", plan["init_cycles"]) is None:

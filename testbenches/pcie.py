@@ -8,7 +8,7 @@ a run reports their increase over the run.
 
 import cocotb
 
-from testbenches.common import RegisterTB, load_plan, write_result
+from testbenches.common import RegisterTB, counter_deltas, load_plan, write_result
 
 #: Counters that only grow; a run reports their increase over the run.
 _CUMULATIVE = (".tlps", ".payload_bytes", ".lane_bytes", ".busy", ".dllp_beats")
@@ -28,8 +28,7 @@ async def run_plan(dut):
         ended = await tb.wait_for("done", plan["run_cycles"], "stuck")
         after = await tb.read_counters()
         results.append({"label": run["label"], "ended": ended or "timeout",
-                        "counters": {k: (v - before[k]) % (1 << 32) if k.endswith(_CUMULATIVE)
-                                     else v for k, v in after.items()}})
+                        "counters": counter_deltas(before, after, _CUMULATIVE)})
         dut._log.info("run %d/%d %s: %s after %d cycles", index + 1, len(plan["runs"]),
                       run["label"], results[-1]["ended"], after["cycles"])
         if ended != "done":

@@ -15,9 +15,8 @@ import enum
 from amaranth import Cat, Const
 from amaranth.lib import data
 
-__all__ = ["TlpType", "FcClass", "FC_CLASS", "HEADER_BYTES", "FRAMING_BYTES", "DLLP_BYTES",
-           "DATA_CREDIT_BYTES", "NODE_BITS", "tlp_layout", "wire_layout", "payload_beat",
-           "host_node"]
+__all__ = ["TlpType", "FcClass", "DATA_CREDIT_BYTES", "NODE_BITS", "tlp_layout",
+           "wire_layout", "payload_beat"]
 
 
 class TlpType(enum.IntEnum):
@@ -36,24 +35,10 @@ class FcClass(enum.IntEnum):
     CPL = 2    #: completions
 
 
-#: Flow-control class of each TLP type.
-FC_CLASS = {TlpType.MWR: FcClass.P, TlpType.MRD: FcClass.NP, TlpType.CPLD: FcClass.CPL}
-#: Header bytes: 4 DW for 64-bit memory requests, 3 DW for completions.
-HEADER_BYTES = {TlpType.MWR: 16, TlpType.MRD: 16, TlpType.CPLD: 12}
-#: Per-TLP framing at Gen3 and later: the 4 B STP token (with the sequence
-#: number) and the 4 B LCRC.
-FRAMING_BYTES = 8
-#: One DLLP at Gen3 and later: 2 B SDP token, 4 B DLLP, 2 B CRC.
-DLLP_BYTES = 8
 #: Bytes per flow-control data credit.
 DATA_CREDIT_BYTES = 16
-#: Width of node indices: GPUs 0..7, then one host (root complex) per socket.
+#: Width of node indices (GPUs 0..7).
 NODE_BITS = 4
-
-
-def host_node(cfg, socket):
-    """Node index of socket ``socket``'s root complex and host memory."""
-    return cfg.gpus + socket
 
 
 def tlp_layout(cfg):

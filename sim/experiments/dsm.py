@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-import tomllib
 from dataclasses import dataclass
-from importlib import resources
 
 from hdl.hopper.config import DsmConfig
 from hdl.hopper.endpoint import CheckReg, GlobalReg, N_CHECKS, N_STREAMS, StreamReg, TrafficKind
 from hdl.hopper.gpc import GLOBAL_SLOT, GpcReg, counter_names, gpc_registers
+from sim.experiments import load_reference
 from sim.fit import error_pct, fit_affine
 
 __all__ = ["Stream", "ExperimentError", "EXPERIMENTS", "build_runs", "reference",
@@ -33,8 +32,7 @@ class ExperimentError(RuntimeError):
 
 def reference():
     """The seed values in ``sim/reference/dsm.toml`` as a nested dict."""
-    text = resources.files("sim.reference").joinpath("dsm.toml").read_text()
-    return tomllib.loads(text)
+    return load_reference("dsm")
 
 
 @dataclass(frozen=True)

@@ -12,15 +12,14 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import statistics
-import tomllib
 from dataclasses import dataclass
-from importlib import resources
 
 import numpy as np
 
 from hdl.etsoc.config import COMBINE_OPS, MeshConfig, hops
 from hdl.etsoc.engine import Couple, EngineReg, checksum, combine, register_word, tree_roles
 from hdl.etsoc.mesh import GLOBAL, counter_names, mesh_registers
+from sim.experiments import load_reference
 from sim.fit import error_pct
 
 __all__ = ["ExperimentError", "EXPERIMENTS", "PingPong", "OneWay", "Cell", "Cells", "Tree",
@@ -40,8 +39,7 @@ class ExperimentError(RuntimeError):
 
 def reference():
     """The seed values in ``sim/reference/mesh.toml`` as a nested dict."""
-    text = resources.files("sim.reference").joinpath("mesh.toml").read_text()
-    return tomllib.loads(text)
+    return load_reference("mesh")
 
 
 def minion_name(gid):

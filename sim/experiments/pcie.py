@@ -8,13 +8,12 @@ unidirectional bandwidth in GB/s, as in the seed's tables.
 """
 
 import dataclasses
-import tomllib
 from dataclasses import dataclass
-from importlib import resources
 
 from hdl.pcie.config import CLOCK_MHZ, gpu_socket
 from hdl.pcie.gpu import GpuMode, GpuReg
 from hdl.pcie.system import GLOBAL, counter_names, link_names, system_registers
+from sim.experiments import load_reference
 from sim.fit import error_pct, fit_affine
 
 __all__ = ["EXPERIMENTS", "Experiment", "ExperimentError", "build_runs", "plan", "analyse",
@@ -31,7 +30,7 @@ class ExperimentError(RuntimeError):
 
 def reference():
     """The seed values in ``sim/reference/pcie.toml`` as a nested dict."""
-    return tomllib.loads(resources.files("sim.reference").joinpath("pcie.toml").read_text())
+    return load_reference("pcie")
 
 
 @dataclass(frozen=True)
@@ -174,19 +173,18 @@ def check_run(cfg, run, got):
 
 def topology(cfg, got):
     """The machine's nodes and links for the report's diagram, each link with
-    the share of its slots that carried a beat in each direction during the
+    the share of its time that carried a beat in each direction during the
     run ``got`` (``ab``: from node ``a`` to node ``b``)."""
     c = got["counters"]
-    gps = cfg.gpus_per_switch
-    nodes = [{"name": f"GPU{g}", "x": g + 0.5 * (g // gps), "y": 2} for g in range(cfg.gpus)]
-    span = lambda s: [g + 0.5 * (g // gps) for g in range(s * gps, (s + 1) * gps)]  # noqa: E731
-    nodes += [{"name": f"switch{s}", "x": sum(span(s)) / gps, "y": 1}
-              for s in range(cfg.switches)]
-    per_socket = cfg.switches_per_socket
-    nodes += [{"name": f"CPU{k}", "x": sum(n["x"] for n in nodes
-                                           if n["name"].startswith("switch")
-                                           and int(n["name"][6:]) // per_socket == k)
-               / per_socket, "y": 0} for k in range(cfg.sockets)]
+    gps, per_socket = cfg.gpus_per_switch, cfg.switches_per_socket
+    # GPUs in a row, a half gap between switches; each parent centred over its children
+    gpu_x = [g + 0.5 * (g // gps) for g in range(cfg.gpus)]
+    switch_x = [sum(gpu_x[s * gps:(s + 1) * gps]) / gps for s in range(cfg.switches)]
+    cpu_x = [sum(switch_x[k * per_socket:(k + 1) * per_socket]) / per_socket
+             for k in range(cfg.sockets)]
+    nodes = ([{"name": f"GPU{g}", "x": x, "y": 2} for g, x in enumerate(gpu_x)]
+             + [{"name": f"switch{s}", "x": x, "y": 1} for s, x in enumerate(switch_x)]
+             + [{"name": f"CPU{k}", "x": x, "y": 0} for k, x in enumerate(cpu_x)])
 
     def share(link, d):
         lane = c[f"{link}.{d}.lane_bytes"]
