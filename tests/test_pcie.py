@@ -1,6 +1,7 @@
 """The PCIe copy machine: configuration, the link in Amaranth's simulator, and
 the seed's tables through the generated Verilog under cocotb."""
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -11,9 +12,10 @@ from amaranth.sim import Simulator
 
 from hdl.pcie.config import PcieConfig
 from hdl.pcie.gpu import GpuEndpoint, GpuMode, GpuReg
+from hdl.pcie.host import HostMemory
 from hdl.pcie.link import PcieLink
 from hdl.pcie.system import PcieSystem, SysReg, system_registers
-from hdl.pcie.tlp import payload_beat
+from hdl.pcie.tlp import HOST_NODE, STAGE_SHIFT, FcClass, TlpType, payload_beat
 from sim.build import generate_verilog
 from sim.cli import main
 from sim.experiments import pcie
@@ -32,6 +34,9 @@ CFG = PcieConfig()
     ("rx_data_credits", 0, "rx_data_credits must be an integer from 2"),
     ("rx_header_credits", 0, "rx_header_credits must be an integer from 1"),
     ("generation", 5, "lanes must be at most 8 at Gen5"),
+    ("staging_chunk_bytes", 3000, "staging_chunk_bytes must be a power of two from 4096"),
+    ("max_read_request_bytes", 100, "max_read_request_bytes must be one of 128, 256"),
+    ("root_host_bytes_per_cycle", 0, "root_host_bytes_per_cycle must be an integer from 1"),
 ])
 def test_bad_configuration_names_the_field(field, value, message):
     with pytest.raises(ValueError, match=message):
@@ -66,6 +71,9 @@ def test_bad_pairs_input_is_refused_not_dropped():
         pcie.copy_run(CFG, "float", [(0, 1)], 4096, 64.0)
     with pytest.raises(ValueError, match="TLP bytes must be a power of two"):
         pcie.copy_run(CFG, "odd", [(0, 1)], 4032, 192, mode=GpuMode.PULL)
+    with pytest.raises(ValueError, match=r"bytes must be a positive multiple of 1048576 "
+                                         r"\(staging_chunk_bytes\)"):
+        pcie.copy_run(CFG, "part", [(0, 1)], 1 << 19, 512, mode=GpuMode.STAGED)
 
 
 def test_cli_refuses_a_bad_payload_size_before_any_build(tmp_path, capsys):
@@ -133,10 +141,7 @@ def _two_gpus_over_one_link(write_bytes, nbytes, both, mode=GpuMode.PUSH):
         out["link"] = {k: ctx.get(getattr(link, k)) for k in ("ab_dllp_beats", "ba_dllp_beats",
                                                               "o_overflow")}
 
-    sim = Simulator(m)
-    sim.add_clock(1e-9)
-    sim.add_testbench(bench)
-    sim.run()
+    _simulate(m, bench)
     return out
 
 
@@ -213,22 +218,89 @@ def test_memory_flags_lost_duplicated_misrouted_and_reordered_writes(broken, bad
         ctx.set(gpu.i_start, 1)
         await ctx.tick()
         ctx.set(gpu.i_start, 0)
-        for tlp in broken:
-            for beat in tlp:
-                ctx.set(gpu.i.valid, 1)
-                for key, value in beat.items():
-                    ctx.set(getattr(gpu.i.flit, key), value)
-                await ctx.tick()
-        ctx.set(gpu.i.valid, 0)
-        for _ in range(20):
-            await ctx.tick()
+        await _feed(ctx, gpu.i, [beat for tlp in broken for beat in tlp], settle=20)
         got["errors"] = ctx.get(gpu.o_errors)
 
-    sim = Simulator(gpu)
+    _simulate(gpu, bench)
+    assert (got["errors"] != 0) == bad, got
+
+
+async def _feed(ctx, link, beats, *, settle):
+    """Drive ``beats`` (dicts of flit fields) onto ``link``, one per cycle, then
+    let ``settle`` cycles pass."""
+    for beat in beats:
+        ctx.set(link.valid, 1)
+        for key, value in beat.items():
+            ctx.set(getattr(link.flit, key), value)
+        await ctx.tick()
+    ctx.set(link.valid, 0)
+    for _ in range(settle):
+        await ctx.tick()
+
+
+def _simulate(dut, bench):
+    """Run ``bench`` on ``dut`` in Amaranth's simulator with a 1 GHz clock."""
+    sim = Simulator(dut)
     sim.add_clock(1e-9)
     sim.add_testbench(bench)
     sim.run()
+
+
+def _staged_writes(src, start, nbytes, *, data_src=None):
+    """Beats of 128 B staged writes from GPU ``src`` of its bytes ``start`` ..
+    ``start + nbytes`` into host memory 0."""
+    out = []
+    base = src << STAGE_SHIFT
+    for x in range(start, start + nbytes, 128):
+        out.append(dict(kind=TlpType.MWR, vc=FcClass.P, src=src, dst=HOST_NODE, head=1, last=0,
+                        addr=base | x, length=128))
+        out += [dict(kind=TlpType.MWR, vc=FcClass.P, src=src, dst=HOST_NODE, head=0,
+                     last=int(k == 3), addr=base | (x + 32 * k), length=128,
+                     data=payload_beat(src if data_src is None else data_src, x + 32 * k))
+                for k in range(4)]
+    return out
+
+
+def _staged_read(src, start, requester=1):
+    return [dict(kind=TlpType.MRD, vc=FcClass.NP, src=requester, dst=HOST_NODE, head=1, last=1,
+                 addr=src << STAGE_SHIFT | start, length=512)]
+
+
+@pytest.mark.parametrize("beats,bad", [
+    (_staged_writes(0, 0, 8192) + _staged_read(0, 4096 - 512), False),
+    (_staged_writes(0, 0, 8192) + _staged_read(0, 0), False),          # chunk 0 still held
+    (_staged_writes(0, 0, 4096) + _staged_read(0, 4096), True),        # not landed yet
+    (_staged_writes(0, 0, 8320) + _staged_read(0, 0), True),           # overwritten by chunk 2
+    (_staged_writes(0, 128, 128), True),                               # out of order
+    (_staged_writes(2, 0, 128, data_src=3), True),                     # wrong data
+    (_staged_writes(5, 0, 128), True),                                 # a GPU of socket 1
+    (_staged_writes(0, 0, 128) + _staged_writes(1, 0, 128) + _staged_writes(0, 128, 128),
+     False),                                                           # two sources interleaved
+])
+def test_host_memory_checks_staging_buffers(beats, bad):
+    """Host memory takes each source's staged writes in order with its data,
+    and refuses reads of bytes not landed or already overwritten (4 KiB chunks)."""
+    m = Module()
+    host = HostMemory(CFG, 0, tx_credits=16, rx_beats=16)
+    m.submodules.host = host
+    # the root complex frees a slot for every completion beat, a cycle later
+    for v in range(3):
+        m.d.sync += host.o.credit[v].eq(host.o.valid & (host.o.flit.vc == v))
+    got = {}
+
+    async def bench(ctx):
+        ctx.set(host.i_chunk_log2, 12)
+        ctx.set(host.i_start, 1)
+        await ctx.tick()
+        ctx.set(host.i_start, 0)
+        await _feed(ctx, host.i, beats, settle=60)
+        got["errors"] = ctx.get(host.o_errors)
+        got["tx"] = ctx.get(host.o_tx_bytes)
+
+    _simulate(m, bench)
     assert (got["errors"] != 0) == bad, got
+    if not bad and beats[-1]["kind"] == TlpType.MRD:
+        assert got["tx"] == 512
 
 
 def test_payload_pattern_is_distinct_per_source_and_address():
@@ -242,7 +314,12 @@ _RESULTS = {}
 
 #: Rows the model does not meet yet, with the reason (see the report's notes).
 #: Strict: a row that starts passing fails here until it is taken off the list.
+_STAGED_RING8 = ("the 8-GPU ring's pairs share the root ports unevenly and drift between "
+                 "runs (one socket's destinations fall behind): per-pair fits over 2-4 "
+                 "chunks of 4.8 to 11.5 GB/s against the seed's even 4.72")
+
 KNOWN_GAPS = {
+    **{("host_staged", f"ring8: [{s},{(s + 1) % 8}]"): _STAGED_RING8 for s in (0, 1, 2, 4, 5, 6, 7)},
     ("peer_copy", "ring8: [3,4]"):
         "the socket link's two directions are independent: 18.3 GB/s, as for one pair; the "
         "seed's ring loses 6 % there (17.4)",
@@ -278,9 +355,14 @@ def _row_ids():
                 yield name, f"{scenario}: [{src},{dst}]"
 
 
+#: Experiments whose runs take minutes (copies of megabytes): under ``make soak``.
+SLOW = {"host_staged"}
+
+
 @pytest.mark.parametrize("name,quantity", [
-    pytest.param(n, q, marks=[pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[(n, q)])]
-                 if (n, q) in KNOWN_GAPS else [])
+    pytest.param(n, q, marks=([pytest.mark.xfail(strict=True, reason=KNOWN_GAPS[(n, q)])]
+                              if (n, q) in KNOWN_GAPS else [])
+                 + ([pytest.mark.slow] if n in SLOW else []))
     for n, q in _row_ids()])
 def test_row_meets_the_seed(experiment_result, name, quantity):
     row = next(r for r in experiment_result(name)["rows"] if r["quantity"].startswith(quantity))
@@ -292,3 +374,23 @@ def test_topology_shows_every_link(experiment_result):
     assert len(topo["links"]) == CFG.gpus + CFG.switches + 1
     # the 8-GPU ring uses every GPU link in both directions
     assert all(link["ab"] > 0.5 and link["ba"] > 0.5 for link in topo["links"][:CFG.gpus])
+
+
+def test_staged_copies_move_every_byte_through_host_memory(tmp_path):
+    """Copies with peer access off, in small chunks (64 KiB): one pair in a
+    socket, one across, and the 8-GPU ring finish with every byte checked in
+    host memory and at the destination."""
+    cfg = dataclasses.replace(CFG, staging_chunk_bytes=1 << 16)
+    verilog = generate_verilog(PcieSystem, cfg.hardware(), "pcie_system", build_root=BUILD)
+    ring = [(g, (g + 1) % 8) for g in range(8)]
+    runs = [pcie.copy_run(cfg, str(pairs), pairs, 2 << 16, cfg.max_read_request_bytes,
+                          mode=GpuMode.STAGED) for pairs in ([(0, 1)], [(0, 4)], ring)]
+    got = run_cocotb(verilog, "pcie_system", "testbenches.pcie", sim=SIM,
+                     plan=pcie.plan(cfg, runs), test_dir=tmp_path)
+    assert len(got["runs"]) == len(runs)
+    for run, result in zip(runs, got["runs"]):
+        pcie.check_run(cfg, run, result)
+    ring_counters = got["runs"][-1]["counters"]
+    assert ring_counters["host0.rx_bytes"] == ring_counters["host1.rx_bytes"] == 4 * (2 << 16)
+    # the 8-GPU ring's writes and reads all draw on the root ports' host budget
+    assert ring_counters["sw0.host_busy"] > 0.9 * ring_counters["cycles"]

@@ -96,6 +96,24 @@ class PcieConfig(ConfigBase):
                                                "(calibrated with socket_bytes_per_cycle: a "
                                                "128 B write then takes 7 cycles, a 64 B write 5)")
     socket_latency_cycles: int = _run(50, "socket link latency, ns (not in the seed)")
+    # --- host memory and copies staged through it (seed 001, "3.2.2 Optimization 1:
+    #     double-buffered streaming through the CPU") ------------------------------
+    root_host_bytes_per_cycle: int = _run(41, f"{SEED}: bytes per ns a root complex moves "
+                                              "between its PCIe ports and host memory, "
+                                              "writes in and read data out together; "
+                                              "calibrated on the double-buffered same-socket "
+                                              "pair (20.34 GB/s: each byte is written to "
+                                              "and read from host memory through one root "
+                                              "complex)")
+    staging_chunk_bytes: int = _run(1 << 20, f"{SEED}: '3.2.2 ... 256 MB 1 MB 17.81': the "
+                                             "chunk of a double-buffered copy, bytes; two "
+                                             "pinned host buffers of one chunk each")
+    host_event_cycles: int = _run(1000, "ns from a chunk's copy finishing to the other "
+                                        "GPU's copy engine seeing it (the host thread's "
+                                        "CUDA event; not in the seed)")
+    max_read_request_bytes: int = _run(512, "PCIe max read request size (MRRS), bytes: the "
+                                            "copy engine's reads of host memory (the PCIe "
+                                            "default, 512 B; not in the seed)")
     # --- copies ----------------------------------------------------------------
     kernel_write_bytes: int = _run(64, f"{SEED}: '3.2.4 ... int4 loads and stores': a "
                                        "warp's stores leave the SM as 64 B writes (not in the "
@@ -163,6 +181,15 @@ class PcieConfig(ConfigBase):
         need("kernel_read_bytes", self.kernel_read_bytes >= self.datapath_bytes,
              f"at least datapath_bytes ({self.datapath_bytes})")
         integer("read_tags", 1, 256)
+        integer("root_host_bytes_per_cycle", 1, 255)
+        chunk = self.staging_chunk_bytes
+        need("staging_chunk_bytes", isinstance(chunk, int) and not isinstance(chunk, bool)
+             and chunk in {1 << k for k in range(12, 27)},
+             "a power of two from 4096 to 67108864 (64 MiB)")
+        integer("host_event_cycles", 0, 1 << 20)
+        one_of("max_read_request_bytes", (128, 256, 512, 1024, 2048, 4096))
+        need("max_read_request_bytes", self.max_read_request_bytes >= self.datapath_bytes,
+             f"at least datapath_bytes ({self.datapath_bytes})")
         integer("watchdog_cycles", 100, 1 << 30)
 
     # --- derived ----------------------------------------------------------------

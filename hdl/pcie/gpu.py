@@ -1,7 +1,8 @@
-"""GPU endpoint: a copy engine that writes to a peer or reads from it, a
-completer that answers reads, and a memory that checks what lands (seed
-001, "3.2.3 Optimization 2: enable peer access" and "3.2.4 Optimization 3: a
-custom D2D copy kernel").
+"""GPU endpoint: copy engines that write to a peer or host memory and read
+from them, a completer that answers reads, and a memory that checks what
+lands (seed 001, "3.2.2 Optimization 1: double-buffered streaming through
+the CPU", "3.2.3 Optimization 2: enable peer access" and "3.2.4 Optimization
+3: a custom D2D copy kernel").
 
 With peer access, ``cudaMemcpyAsync`` from device to device is done by the
 source GPU's copy engine as posted memory writes of ``max_payload_bytes``
@@ -12,6 +13,15 @@ the source's memory: memory reads of ``kernel_read_bytes`` with at most
 completions of at most ``max_payload_bytes``.  Payload data are
 :func:`~hdl.pcie.tlp.payload_beat` of the source and the address, checked
 beat by beat where they land.
+
+With peer access off, a copy is staged through two pinned host buffers of
+``staging_chunk_bytes``: the source's copy engine writes chunk ``k`` into
+host memory (device to host, writes of ``max_payload_bytes``) once the
+destination has read chunk ``k - 2`` out of the same buffer; the
+destination's copy engine reads chunk ``k`` (host to device, reads of
+``max_read_request_bytes``) once all of it has landed.  Each side sees the
+other's progress ``host_event_cycles`` late, as the host thread's CUDA events
+tell it.
 """
 
 import enum
@@ -21,8 +31,9 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..common.credit import CreditLink, StreamToLink, VcInputBuffer
+from .completer import Completer
 from .link import N_FC
-from .tlp import FcClass, TlpType, payload_beat, tlp_layout
+from .tlp import HOST_NODE, STAGE_SHIFT, FcClass, TlpType, payload_beat, staged_beat, tlp_layout
 
 __all__ = ["GpuReg", "GpuMode", "GpuEndpoint"]
 
@@ -30,25 +41,27 @@ __all__ = ["GpuReg", "GpuMode", "GpuEndpoint"]
 class GpuReg(enum.IntEnum):
     """Run-time registers of one GPU (``cfg_addr`` low 3 bits)."""
 
-    PEER = 0         #: node the copy writes to (push) or reads from (pull)
+    PEER = 0         #: GPU the copy writes to (push, staged) or reads from (pull)
     BYTES = 1        #: bytes to copy (a multiple of the TLP size; 0: no copy)
-    TLP_BYTES = 2    #: bytes per write (push) or per read request (pull)
+    TLP_BYTES = 2    #: bytes per write (push) or per read request (pull, staged)
     EXPECT = 3       #: bytes this GPU's memory should take in during the run
-    SRC = 4          #: node those bytes come from
+    SRC = 4          #: GPU those bytes come from
     MODE = 5         #: :class:`GpuMode`
-    TAGS = 6         #: reads outstanding at most (pull), 1 to 256 (others are clamped)
+    TAGS = 6         #: reads outstanding at most (pull, staged), 1 to 256 (others are clamped)
 
 
 class GpuMode(enum.IntEnum):
-    """What the copy engine does (register ``MODE``)."""
+    """What the copy engines do (register ``MODE``)."""
 
-    PUSH = 0   #: posted writes into the peer's memory
-    PULL = 1   #: reads of the peer's memory, completions into this GPU's
+    PUSH = 0     #: posted writes of BYTES into PEER's memory
+    PULL = 1     #: reads of BYTES of PEER's memory, completions into this GPU's
+    STAGED = 2   #: peer access off: BYTES to PEER and EXPECT from SRC staged through
+                 #: host memory, double-buffered (device to host, then host to device)
 
 
 class GpuEndpoint(wiring.Component):
-    """One GPU: copy engine, completer and checked memory.  Clock: the 1 GHz
-    model clock.
+    """One GPU: two copy engines (writes and reads), a completer and checked
+    memory.  Clock: the 1 GHz model clock.
 
     Parameters
     ----------
@@ -73,22 +86,37 @@ class GpuEndpoint(wiring.Component):
         Start the copy; clears the counters.
     i_now : In(32)
         Cycle counter, for the time stamps.
+    i_chunk_log2 : In(5)
+        log2 of ``staging_chunk_bytes`` (staged copies).
+    i_event_cycles : In(32)
+        ``host_event_cycles``: how late a staged copy's engines see the other
+        side's progress.
+    i_peer_consumed : In(32)
+        Staged: bytes PEER has taken in (its ``o_rx_bytes``): a staging buffer is
+        free again once PEER has read the chunk in it.
+    i_src_landed : In(32)
+        Staged: bytes of SRC's copy landed in host memory, in order: a chunk may
+        be read once all of it has landed.
     o_done : Out(1)
-        Copy issued, every read answered, and EXPECT bytes taken in.
+        Copies issued, every read answered, and EXPECT bytes taken in.
     o_tx_bytes, o_rx_bytes : Out(32)
         Payload bytes sent (writes and completions) and taken in this run.
     o_first_tx, o_last_tx : Out(32)
-        ``i_now`` at the copy engine's first and last TLP (write or read).
+        ``i_now`` at the copy engines' first and last TLP (write or read).
     o_first_rx, o_last_rx : Out(32)
         ``i_now`` at the first and last payload beat taken in.
     o_errors : Out(16)
         Beats that break the copy: a TLP for another node or from a node other
-        than SRC, a write or completion that does not start where the last one
-        of its class ended, a data beat outside a TLP or not at the next
-        address, a ``last`` in the wrong place, data that is not the source's
-        for that address, or a TLP of a kind its class does not carry.
+        than SRC (or, staged, SRC's staging buffer in host memory), a write or
+        completion that does not start where the last one of its class ended, a
+        data beat outside a TLP or not at the next address, a ``last`` in the
+        wrong place, data that is not the source's for that address, or a TLP of
+        a kind its class does not carry.
     o_progress : Out(1)
         A beat moved this cycle (for the watchdog).
+    o_peer, o_src : Out(4)
+        The PEER and SRC registers (to select ``i_peer_consumed`` and
+        ``i_src_landed``).
     """
 
     def __init__(self, cfg, gpu, *, tx_credits, rx_beats=16):
@@ -100,11 +128,20 @@ class GpuEndpoint(wiring.Component):
         super().__init__({
             "o": Out(link), "i": In(link),
             "i_we": In(1), "i_reg": In(3), "i_data": In(32), "i_start": In(1), "i_now": In(32),
+            "i_chunk_log2": In(5), "i_event_cycles": In(32),
+            "i_peer_consumed": In(32), "i_src_landed": In(32),
             "o_done": Out(1), "o_tx_bytes": Out(32), "o_rx_bytes": Out(32),
             "o_first_tx": Out(32), "o_last_tx": Out(32),
             "o_first_rx": Out(32), "o_last_rx": Out(32),
-            "o_errors": Out(16), "o_progress": Out(1),
+            "o_errors": Out(16), "o_progress": Out(1), "o_peer": Out(4), "o_src": Out(4),
         })
+
+    def _host_of(self, gpu):
+        """Host memory node of the socket of GPU ``gpu`` (a Value)."""
+        if self.cfg.sockets == 1:
+            return HOST_NODE
+        per_socket = self.cfg.switches_per_socket * self.cfg.gpus_per_switch
+        return HOST_NODE + (gpu >= per_socket)
 
     def elaborate(self, platform):
         m = Module()
@@ -117,7 +154,7 @@ class GpuEndpoint(wiring.Component):
         tlp_bytes = Signal(13, init=mps)
         expect = Signal(32)
         expect_src = Signal(4)
-        mode = Signal(1)
+        mode = Signal(2)
         tags = Signal(9, init=1)
         with m.If(self.i_we):
             with m.Switch(self.i_reg):
@@ -127,6 +164,10 @@ class GpuEndpoint(wiring.Component):
                                  (GpuReg.TAGS, tags)):
                     with m.Case(reg):
                         m.d.sync += sig.eq(self.i_data)
+        staged = mode == GpuMode.STAGED
+        m.d.comb += [self.o_peer.eq(peer), self.o_src.eq(expect_src)]
+        my_host = self._host_of(self.gpu)
+        src_host = self._host_of(expect_src)
 
         m.submodules.send = send = StreamToLink(flit_layout=layout, credits=self.tx_credits,
                                                 n_vc=N_FC)
@@ -134,35 +175,68 @@ class GpuEndpoint(wiring.Component):
         m.submodules.rx = rx = VcInputBuffer(flit_layout=layout, depth=self.rx_beats, n_vc=N_FC)
         wiring.connect(m, wiring.flipped(self.i), rx.i)
 
-        # --- copy engine: whole TLPs of tlp_bytes ------------------------------------
-        offset = Signal(32)       # next byte of the copy to write or request
-        issuing = Signal()
+        # --- staged copies: the other side's progress, seen i_event_cycles late ---------
+        def seen_chunks(name, nbytes):
+            chunks = nbytes >> self.i_chunk_log2
+            seen = Signal(32, name=f"seen_{name}")
+            pending = Signal(32, name=f"pending_{name}")
+            wait = Signal(32, name=f"wait_{name}")
+            waiting = Signal(name=f"waiting_{name}")
+            with m.If(self.i_start):
+                m.d.sync += [seen.eq(0), waiting.eq(0)]
+            with m.Elif(waiting):
+                with m.If(wait == 0):
+                    m.d.sync += [seen.eq(pending), waiting.eq(0)]
+                with m.Else():
+                    m.d.sync += wait.eq(wait - 1)
+            with m.Elif(chunks != seen):
+                m.d.sync += [pending.eq(chunks), wait.eq(self.i_event_cycles), waiting.eq(1)]
+            return seen
+        # double buffering: chunk k may be written once chunk k - 2 has been read
+        # out of its buffer, and read once all of it has landed
+        consumed = seen_chunks("consumed", self.i_peer_consumed)
+        landed = seen_chunks("landed", self.i_src_landed)
+
+        # --- copy engines: whole TLPs --------------------------------------------------
+        first = Signal()          # a TLP of this run went out
         outstanding = Signal(9)   # reads requested and not yet fully answered
         requested = Signal(8)     # reads issued, modulo 256: the next read's tag
         answered = Signal()       # a read's last completion byte came in (below)
         tag_limit = Mux(tags == 0, 1, Mux(tags > 256, 256, tags))
         with m.If(self.i_start):
-            m.d.sync += [issuing.eq(total != 0), offset.eq(0), outstanding.eq(0),
-                         requested.eq(0)]
+            m.d.sync += [first.eq(0), outstanding.eq(0), requested.eq(0)]
 
-        def issued(nbytes):
-            m.d.sync += [offset.eq(offset + nbytes), self.o_last_tx.eq(self.i_now)]
-            with m.If(offset == 0):
-                m.d.sync += self.o_first_tx.eq(self.i_now)
-            with m.If(offset + nbytes >= total):
-                m.d.sync += issuing.eq(0)
+        def engine(name, nbytes):
+            offset = Signal(32, name=f"{name}_offset")
+            issuing = Signal(name=f"{name}_issuing")
+            with m.If(self.i_start):
+                m.d.sync += [issuing.eq(nbytes != 0), offset.eq(0)]
 
-        # push: posted writes, header beat then data beats
+            def issued(size):
+                m.d.sync += [offset.eq(offset + size), self.o_last_tx.eq(self.i_now),
+                             first.eq(1)]
+                with m.If(~first):
+                    m.d.sync += self.o_first_tx.eq(self.i_now)
+                with m.If(offset + size >= nbytes):
+                    m.d.sync += issuing.eq(0)
+            return offset, issuing, issued
+
+        # writes: push, or staged device to host; a header beat then data beats
+        w_bytes = Mux(mode == GpuMode.PULL, 0, total)
+        w_offset, w_issuing, w_issued = engine("write", w_bytes)
+        w_size = Mux(staged, mps, tlp_bytes)
+        w_base = Mux(staged, self.gpu << STAGE_SHIFT, 0)
         wr = send.i[FcClass.P]
         beat = Signal(range(mps // dp + 1))
         head = Signal(init=1)
-        beats = tlp_bytes // dp
-        addr = offset + beat * dp
-        m.d.comb += [wr.valid.eq(issuing & (mode == GpuMode.PUSH)),
+        beats = w_size // dp
+        addr = w_offset + beat * dp
+        w_free = ~staged | ((w_offset >> self.i_chunk_log2) < consumed + 2)
+        m.d.comb += [wr.valid.eq(w_issuing & (~head | w_free)),
                      wr.payload.kind.eq(TlpType.MWR), wr.payload.vc.eq(FcClass.P),
-                     wr.payload.src.eq(self.gpu), wr.payload.dst.eq(peer),
-                     wr.payload.length.eq(tlp_bytes), wr.payload.head.eq(head),
-                     wr.payload.addr.eq(Mux(head, offset, addr)),
+                     wr.payload.src.eq(self.gpu), wr.payload.dst.eq(Mux(staged, my_host, peer)),
+                     wr.payload.length.eq(w_size), wr.payload.head.eq(head),
+                     wr.payload.addr.eq(w_base | Mux(head, w_offset, addr)),
                      wr.payload.last.eq(~head & (beat == beats - 1))]
         with m.If(~head):
             m.d.comb += wr.payload.data.eq(payload_beat(self.gpu, addr, dp))
@@ -173,71 +247,39 @@ class GpuEndpoint(wiring.Component):
                 m.d.sync += head.eq(0)
             with m.Elif(beat == beats - 1):
                 m.d.sync += [beat.eq(0), head.eq(1)]
-                issued(tlp_bytes)
+                w_issued(w_size)
             with m.Else():
                 m.d.sync += beat.eq(beat + 1)
 
-        # pull: read requests, at most TAGS outstanding
+        # reads: pull, or staged host to device; at most TAGS outstanding
+        r_bytes = Mux(mode == GpuMode.PULL, total, Mux(staged, expect, 0))
+        r_offset, r_issuing, r_issued = engine("read", r_bytes)
+        r_free = ~staged | ((r_offset >> self.i_chunk_log2) < landed)
         rd = send.i[FcClass.NP]
-        m.d.comb += [rd.valid.eq(issuing & (mode == GpuMode.PULL) & (outstanding < tag_limit)),
+        m.d.comb += [rd.valid.eq(r_issuing & r_free & (outstanding < tag_limit)),
                      rd.payload.kind.eq(TlpType.MRD), rd.payload.vc.eq(FcClass.NP),
-                     rd.payload.src.eq(self.gpu), rd.payload.dst.eq(peer),
-                     rd.payload.addr.eq(offset), rd.payload.length.eq(tlp_bytes),
-                     rd.payload.tag.eq(requested), rd.payload.head.eq(1),
-                     rd.payload.last.eq(1)]
+                     rd.payload.src.eq(self.gpu), rd.payload.dst.eq(Mux(staged, src_host, peer)),
+                     rd.payload.addr.eq(Mux(staged, expect_src << STAGE_SHIFT, 0) | r_offset),
+                     rd.payload.length.eq(tlp_bytes), rd.payload.tag.eq(requested),
+                     rd.payload.head.eq(1), rd.payload.last.eq(1)]
         with m.If(~self.i_start):
             m.d.sync += outstanding.eq(outstanding + (rd.valid & rd.ready) - answered)
         with m.If(rd.valid & rd.ready):
             m.d.sync += requested.eq(requested + 1)
-            issued(tlp_bytes)
+            r_issued(tlp_bytes)
 
-        # --- completer: answers each read in order with completions of up to MPS ---
-        req = rx.o[FcClass.NP]
-        cpl = send.i[FcClass.CPL]
-        serving = Signal()
-        c_dst = Signal(4)
-        c_addr = Signal(32)
-        c_left = Signal(13)
-        c_tag = Signal(8)
-        c_beat = Signal(range(mps // dp + 1))
-        c_head = Signal(init=1)
-        c_len = Signal(13)
-        m.d.comb += c_len.eq(Mux(c_left > mps, mps, c_left))
-        c_at = c_addr + c_beat * dp
-        m.d.comb += [cpl.valid.eq(serving), cpl.payload.kind.eq(TlpType.CPLD),
-                     cpl.payload.vc.eq(FcClass.CPL), cpl.payload.src.eq(self.gpu),
-                     cpl.payload.dst.eq(c_dst), cpl.payload.length.eq(c_len),
-                     cpl.payload.tag.eq(c_tag), cpl.payload.head.eq(c_head),
-                     cpl.payload.addr.eq(Mux(c_head, c_addr, c_at)),
-                     cpl.payload.last.eq(~c_head & (c_beat == c_len // dp - 1))]
-        with m.If(~c_head):
-            m.d.comb += cpl.payload.data.eq(payload_beat(self.gpu, c_at, dp))
-        with m.If(cpl.valid & cpl.ready):
-            with m.If(c_head):
-                m.d.sync += c_head.eq(0)
-            with m.Elif(c_beat == c_len // dp - 1):
-                m.d.sync += [c_beat.eq(0), c_head.eq(1), c_addr.eq(c_addr + c_len),
-                             c_left.eq(c_left - c_len)]
-                with m.If(c_left == c_len):
-                    m.d.sync += serving.eq(0)
-            with m.Else():
-                m.d.sync += c_beat.eq(c_beat + 1)
-        # the next read is taken as the last completion's last beat goes, so
-        # completions follow one another without a gap
-        finishing = (cpl.valid & cpl.ready & ~c_head & (c_beat == c_len // dp - 1)
-                     & (c_left == c_len))
-        m.d.comb += req.ready.eq((~serving | finishing) & ~self.i_start)
-        with m.If(req.valid & req.ready):
-            m.d.sync += [serving.eq(req.payload.length != 0), c_dst.eq(req.payload.src),
-                         c_addr.eq(req.payload.addr), c_left.eq(req.payload.length),
-                         c_tag.eq(req.payload.tag), c_head.eq(1), c_beat.eq(0)]
+        # --- completer: answers reads of this GPU's memory -------------------------
+        m.submodules.completer = completer = Completer(
+            cfg, self.gpu, lambda a: payload_beat(self.gpu, a, dp))
+        wiring.connect(m, rx.o[FcClass.NP], completer.req)
+        wiring.connect(m, completer.cpl, send.i[FcClass.CPL])
+        m.d.comb += completer.i_clear.eq(self.i_start)
         # payload bytes sent: a write's and a completion's may finish in one cycle
         wrote = wr.valid & wr.ready & ~head & (beat == beats - 1)
-        completed = cpl.valid & cpl.ready & ~c_head & (c_beat == c_len // dp - 1)
-        m.d.sync += self.o_tx_bytes.eq(self.o_tx_bytes + Mux(wrote, tlp_bytes, 0)
-                                       + Mux(completed, c_len, 0))
+        m.d.sync += self.o_tx_bytes.eq(self.o_tx_bytes + Mux(wrote, w_size, 0)
+                                       + completer.o_sent_bytes)
         with m.If(self.i_start):
-            m.d.sync += [self.o_tx_bytes.eq(0), serving.eq(0)]
+            m.d.sync += self.o_tx_bytes.eq(0)
 
         # --- memory: check every write and completion where it lands ------------------
         errors = self.o_errors
@@ -253,10 +295,17 @@ class GpuEndpoint(wiring.Component):
             next_addr = Signal(32, name=f"next_addr_{c.name.lower()}")
             beats_left = Signal(range(mps // dp + 1), name=f"beats_left_{c.name.lower()}")
             got = rx.o[c].payload
+            from_node, data = expect_src, payload_beat(got.src, got.addr, dp)
+            if c == FcClass.CPL:
+                # staged: completions come from SRC's staging buffer in host memory
+                from_node = Mux(staged, src_host, expect_src)
+                data = Mux(staged, staged_beat(got.addr, dp), data)
             with m.If(self.i_start):
                 m.d.sync += [next_addr.eq(0), beats_left.eq(0)]
+                if c == FcClass.CPL:
+                    m.d.sync += next_addr.eq(Mux(staged, expect_src << STAGE_SHIFT, 0))
             with m.Elif(rx.o[c].valid):
-                with m.If((got.kind != kind) | (got.dst != self.gpu) | (got.src != expect_src)):
+                with m.If((got.kind != kind) | (got.dst != self.gpu) | (got.src != from_node)):
                     m.d.comb += bad.eq(1)
                 with m.Elif(got.head):
                     # a TLP starts where the last of its class ended, after its final beat
@@ -270,8 +319,7 @@ class GpuEndpoint(wiring.Component):
                     m.d.sync += beats_left.eq(got.length // dp)
                 with m.Else():
                     with m.If((beats_left == 0) | (got.addr != next_addr)
-                              | (got.last != (beats_left == 1))
-                              | (got.data != payload_beat(got.src, got.addr, dp))):
+                              | (got.last != (beats_left == 1)) | (got.data != data)):
                         m.d.comb += bad.eq(1)
                     m.d.comb += took[c == FcClass.CPL].eq(1)
                     m.d.sync += [next_addr.eq(got.addr + dp), beats_left.eq(beats_left - 1)]
@@ -284,17 +332,13 @@ class GpuEndpoint(wiring.Component):
             m.d.sync += [errors.eq(0), self.o_rx_bytes.eq(0), cpl_tag.eq(0),
                          cpl_left.eq(tlp_bytes)]
         with m.Else():
-            with m.If(bad & (errors != 0xFFFF)):
+            with m.If((bad | completer.o_bad) & (errors != 0xFFFF)):
                 m.d.sync += errors.eq(errors + 1)
             with m.If(took.any()):
                 m.d.sync += [self.o_rx_bytes.eq(self.o_rx_bytes + dp * (took[0] + took[1])),
                              self.o_last_rx.eq(self.i_now)]
                 with m.If(self.o_rx_bytes == 0):
                     m.d.sync += self.o_first_rx.eq(self.i_now)
-        # a non-posted TLP that is not a read is consumed by the completer as a
-        # zero-length read: flag it
-        with m.If(req.valid & req.ready & (req.payload.kind != TlpType.MRD)):
-            m.d.comb += bad.eq(1)
 
         running = Signal()
         with m.If(self.i_start):
@@ -302,8 +346,8 @@ class GpuEndpoint(wiring.Component):
         with m.If(self.i_we):
             m.d.sync += running.eq(0)
         m.d.comb += [
-            self.o_done.eq(running & ~issuing & (outstanding == 0) & ~serving
-                           & (self.o_rx_bytes == expect)),
+            self.o_done.eq(running & ~w_issuing & ~r_issuing & (outstanding == 0)
+                           & ~completer.o_serving & (self.o_rx_bytes == expect)),
             self.o_progress.eq(sum((s.valid & s.ready) for s in send.i).bool()
                                | sum(rx.o[c].valid for c in range(N_FC)).bool()),
         ]

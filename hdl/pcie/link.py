@@ -9,8 +9,8 @@ the 128b/130b sync headers (one cycle in 65) and a SKP ordered set every
 ``skp_interval_blocks`` blocks.  TLPs go whole, one starting per beat: a
 header beat (framing, header, length) and the data beats.  A transmitter
 starts a TLP only once all of it is in its queue, so its beats go back to
-back, and it picks a posted TLP first whenever one is ready to start (queued
-whole, with credits); completions and read requests take turns.  The receiver
+back, and the classes with a TLP ready to start (queued whole, with credits)
+take turns, round robin.  The receiver
 returns flow-control credits per class with UpdateFC DLLPs and acknowledges
 TLPs with Ack DLLPs; both travel the other direction and take its link time:
 one DLLP (8 B) fits in the slack of a TLP's header beat (framing and a 4 DW
@@ -171,19 +171,16 @@ class LinkPort(wiring.Component):
             m.d.comb += ready_to_start[c].eq(txq.o[c].valid & head.head & (whole[c] != 0)
                                              & (hdr_avail != 0) & (data_avail >= n)
                                              & (unacked < cfg.replay_tlps))
-        # a posted TLP ready to start goes first; completions and non-posted
-        # requests take turns (either may pass the other)
+        # the classes ready to start take turns, round robin (PCIe sets no
+        # priority between them; each has its own queue and credits, so posted
+        # writes can always pass the others)
         start = Signal()
         pick = Signal(range(N_FC))
-        np_next = Signal()        # a non-posted request goes next when both wait
-        first, second = Mux(np_next, FcClass.NP, FcClass.CPL), Mux(np_next, FcClass.CPL,
-                                                                     FcClass.NP)
-        with m.If(ready_to_start[FcClass.P]):
-            m.d.comb += [start.eq(1), pick.eq(FcClass.P)]
-        with m.Elif(Array(ready_to_start)[first]):
-            m.d.comb += [start.eq(1), pick.eq(first)]
-        with m.Elif(Array(ready_to_start)[second]):
-            m.d.comb += [start.eq(1), pick.eq(second)]
+        last = Signal(range(N_FC), init=N_FC - 1)
+        for k in reversed(range(1, N_FC + 1)):
+            c = Mux(last + k >= N_FC, last + k - N_FC, last + k)[:2]
+            with m.If(Array(ready_to_start)[c]):
+                m.d.comb += [start.eq(1), pick.eq(c)]
 
         # --- DLLPs owed by this end's receiver (set below) ----------------------------
         ack_due = Signal()
@@ -213,10 +210,7 @@ class LinkPort(wiring.Component):
             with m.Elif(start & ~(any_due & (dllp_wait == DLLP_MAX_WAIT))):
                 c = pick
                 m.d.comb += [used.eq(1), Array(txq.o[k].ready for k in range(N_FC))[c].eq(1)]
-                with m.If(c == FcClass.NP):
-                    m.d.sync += np_next.eq(0)
-                with m.Elif(c == FcClass.CPL):
-                    m.d.sync += np_next.eq(1)
+                m.d.sync += last.eq(c)
                 head_last = Array(txq.o[k].payload.last for k in range(N_FC))[c]
                 head_bytes = Array(Mux(txq.o[k].payload.kind == TlpType.MRD, 0,
                                        txq.o[k].payload.length) for k in range(N_FC))[c]

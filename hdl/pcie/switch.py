@@ -10,16 +10,43 @@ everything else up; a root complex sends a TLP for a GPU of its socket down
 to that GPU's switch and everything else over the socket link.
 """
 
-from amaranth import Module, Mux, Signal
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..common.credit import CreditLink, LinkDelay, StreamToLink, VcInputBuffer
 from ..common.switch import CreditSwitch
 from .link import N_FC
-from .tlp import FcClass, tlp_layout
+from .tlp import HOST_NODE, TlpType, tlp_layout
 
-__all__ = ["Crossbar", "SocketLink"]
+__all__ = ["Crossbar", "SocketLink", "RootPort"]
+
+
+def _is_host(beat):
+    """The TLP of ``beat`` goes to or comes from a host memory."""
+    return (beat.dst >= HOST_NODE) | (beat.src >= HOST_NODE)
+
+
+def _whole_tlps(m, inq, send, allow):
+    """Move whole TLPs from the class queues ``inq.o`` to ``send.i``, a TLP
+    that started keeping the output until its last beat.  Between TLPs the
+    classes that can start one take turns (``send``'s round robin over the
+    classes holding credits): PCIe sets no priority between them, and posted
+    writes stay able to pass the others since each class has its own queue and
+    credits.  ``allow(c, beat)`` gates each beat of class ``c``.  Returns the
+    per-class signals that a beat moved this cycle."""
+    busy = Signal()
+    cur = Signal(range(N_FC))
+    moved = []
+    for c in range(N_FC):
+        beat = inq.o[c].payload
+        go = inq.o[c].valid & allow(c, beat) & Mux(busy, cur == c, beat.head)
+        m.d.comb += [send.i[c].valid.eq(go), send.i[c].payload.eq(beat),
+                     inq.o[c].ready.eq(go & send.i[c].ready)]
+        moved.append(go & send.i[c].ready)
+        with m.If(moved[-1]):
+            m.d.sync += [busy.eq(~beat.last), cur.eq(c)]
+    return moved
 
 
 class Crossbar(wiring.Component):
@@ -90,7 +117,9 @@ class SocketLink(wiring.Component):
     Peer-to-peer TLPs cross it at ``i_bytes_per_cycle`` with
     ``i_tlp_overhead_bytes`` of link time per TLP on top of its payload (the
     socket link's packet headers and the root complexes' forwarding), then
-    ``i_latency`` cycles later reach the far root complex.
+    ``i_latency`` cycles later reach the far root complex.  TLPs to and from
+    host memory are the link's own memory traffic: a header costs one beat
+    (``datapath_bytes``) like a data beat.
 
     Parameters
     ----------
@@ -133,29 +162,19 @@ class SocketLink(wiring.Component):
         wiring.connect(m, wiring.flipped(self.i), inq.i)
         m.submodules.send = send = StreamToLink(flit_layout=layout, credits=self.out_credits,
                                                 n_vc=N_FC)
-        # whole TLPs: a TLP that started keeps the link until its last beat
-        busy = Signal()
-        cur = Signal(range(N_FC))
         debt = Signal(16)
         free = debt < self.i_bytes_per_cycle
-        moved = Signal()
+        moved = _whole_tlps(m, inq, send, lambda c, beat: free)
+        # a peer-to-peer TLP costs the forwarding overhead on top of its payload; a
+        # host-memory TLP is the socket link's own memory traffic and costs a beat
         cost = Signal(16)
-        # posted first, then completions, then non-posted requests (nothing passes
-        # a posted write; completions pass reads)
-        waiting = {k: inq.o[k].valid & inq.o[k].payload.head for k in range(N_FC)}
-        ahead = {FcClass.P: [], FcClass.CPL: [FcClass.P], FcClass.NP: [FcClass.P, FcClass.CPL]}
         for c in range(N_FC):
-            head = inq.o[c].payload
-            go = inq.o[c].valid & free & Mux(busy, cur == c, head.head)
-            for k in ahead[FcClass(c)]:
-                go = go & (busy | ~waiting[k])
-            m.d.comb += [send.i[c].valid.eq(go), send.i[c].payload.eq(inq.o[c].payload),
-                         inq.o[c].ready.eq(go & send.i[c].ready)]
-            with m.If(go & send.i[c].ready):
-                m.d.comb += [moved.eq(1),
-                             cost.eq(Mux(head.head, self.i_tlp_overhead_bytes,
-                                         cfg.datapath_bytes))]
-                m.d.sync += [busy.eq(~head.last), cur.eq(c)]
+            beat = inq.o[c].payload
+            with m.If(moved[c]):
+                m.d.comb += cost.eq(Mux(beat.head, Mux(_is_host(beat), cfg.datapath_bytes,
+                                                       self.i_tlp_overhead_bytes),
+                                        cfg.datapath_bytes))
+        moved = Cat(*moved).any()
         left = debt + Mux(moved, cost, 0)
         m.d.sync += debt.eq(Mux(left > self.i_bytes_per_cycle, left - self.i_bytes_per_cycle, 0))
         with m.If(left != 0):
@@ -166,4 +185,86 @@ class SocketLink(wiring.Component):
         wiring.connect(m, send.o, pipe.i)
         wiring.connect(m, pipe.o, wiring.flipped(self.o))
         m.d.comb += self.o_overflow.eq(pipe.o_overflow)
+        return m
+
+
+class RootPort(wiring.Component):
+    """A root complex's downstream port, between the PCIe link to its switch and
+    the root complex's crossbar.  Clock: 1 GHz.
+
+    Every byte moved between the port and host memory, write data coming up
+    and read data going down, draws on one budget of ``i_host_bytes_per_cycle``
+    (seed 001, "3.2.2": two staged copies through one socket halve, and a
+    staged copy within one socket runs slower than across two, "the D2H and
+    H2D halves within one socket contend for the same CPU resources").  A
+    host-memory TLP with data starts only while the port owes less than one
+    cycle's budget, and then owes its payload bytes.  Peer-to-peer TLPs pass
+    without cost.
+
+    Parameters
+    ----------
+    cfg : PcieConfig
+    up_credits : int
+        Beats per class the root complex's input takes.
+    down_credits : int
+        Beats per class the link's transmit queue takes.
+
+    Members
+    -------
+    link_i : In(CreditLink(tlp_layout(cfg), 3))
+        TLPs from the link (up); its sender holds :attr:`link_credits` per class.
+    root_o : Out(CreditLink(tlp_layout(cfg), 3))
+        TLPs to the root complex.
+    root_i : In(CreditLink(tlp_layout(cfg), 3))
+        TLPs from the root complex (down); its sender holds ``down_credits``.
+    link_o : Out(CreditLink(tlp_layout(cfg), 3))
+        TLPs to the link.
+    i_host_bytes_per_cycle : In(8)
+        ``root_host_bytes_per_cycle``.
+    o_host_busy : Out(32)
+        Cycles the port owed host-memory time (for its utilisation).
+    """
+
+    #: Beats per class the port's input from the link holds.
+    link_credits = 32
+
+    def __init__(self, cfg, *, up_credits, down_credits):
+        self.cfg = cfg
+        self.up_credits = up_credits
+        self.down_credits = down_credits
+        link = CreditLink(tlp_layout(cfg), N_FC)
+        super().__init__({"link_i": In(link), "root_o": Out(link), "root_i": In(link),
+                          "link_o": Out(link), "i_host_bytes_per_cycle": In(8),
+                          "o_host_busy": Out(32)})
+
+    def elaborate(self, platform):
+        m = Module()
+        layout = tlp_layout(self.cfg)
+        budget = self.i_host_bytes_per_cycle
+        debt = Signal(16)
+        free = debt < budget
+        owed = []
+        for name, src, dst, depth, credits in (
+                ("up", self.link_i, self.root_o, self.link_credits, self.up_credits),
+                ("down", self.root_i, self.link_o, self.down_credits, self.down_credits)):
+            inq = VcInputBuffer(flit_layout=layout, depth=depth, n_vc=N_FC)
+            send = StreamToLink(flit_layout=layout, credits=credits, n_vc=N_FC)
+            m.submodules[f"{name}_in"] = inq
+            m.submodules[f"{name}_send"] = send
+            wiring.connect(m, wiring.flipped(src), inq.i)
+            wiring.connect(m, send.o, wiring.flipped(dst))
+
+            def charged(beat):
+                return beat.head & _is_host(beat) & (beat.kind != TlpType.MRD)
+            moved = _whole_tlps(m, inq, send, lambda c, beat: ~charged(beat) | free)
+            cost = Signal(16, name=f"{name}_cost")
+            for c in range(N_FC):
+                beat = inq.o[c].payload
+                with m.If(moved[c] & charged(beat)):
+                    m.d.comb += cost.eq(beat.length)
+            owed.append(cost)
+        left = debt + owed[0] + owed[1]
+        m.d.sync += debt.eq(Mux(left > budget, left - budget, 0))
+        with m.If(left != 0):
+            m.d.sync += self.o_host_busy.eq(self.o_host_busy + 1)
         return m

@@ -1,5 +1,6 @@
 """The seed's machine: eight GPUs under two PCIe switches, one per socket, two
-root complexes and the link between the sockets (seed 001, "1. Introduction":
+root complexes with their root ports and host memories, and the link between
+the sockets (seed 001, "1. Introduction":
 "eight GPUs on a host, four per side, each group reaching a single CPU
 through a PCIe switch"; "3. Experimental Setup": "dual-socket with eight GPUs
 on PCIe 4.0 x16").
@@ -11,17 +12,19 @@ counters through ``rd_addr`` / ``rd_data``.
 
 import enum
 
-from amaranth import Cat, Module, Mux, Signal
+from amaranth import Array, Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .config import GT_PER_S, gpu_socket, gpu_switch
+from .config import GT_PER_S, gpu_switch
 from .gpu import GpuEndpoint
+from .host import HostMemory
 from .link import LinkTiming, PcieLink
-from .switch import Crossbar, SocketLink
+from .switch import Crossbar, RootPort, SocketLink
+from .tlp import HOST_NODE
 
 __all__ = ["SysReg", "GLOBAL", "PcieSystem", "system_registers", "counter_names",
-           "GPU_COUNTERS", "link_names"]
+           "GPU_COUNTERS", "HOST_COUNTERS", "link_names"]
 
 #: ``cfg_addr`` bit selecting the machine-wide registers (:class:`SysReg`).
 GLOBAL = 1 << 8
@@ -41,6 +44,9 @@ class SysReg(enum.IntEnum):
     SOCKET_BYTES = 8       #: socket_bytes_per_cycle
     SOCKET_OVERHEAD = 9    #: socket_tlp_overhead_bytes
     SOCKET_LATENCY = 10    #: socket_latency_cycles
+    HOST_BYTES = 11        #: root_host_bytes_per_cycle
+    CHUNK_LOG2 = 12        #: log2 of staging_chunk_bytes
+    EVENT_CYCLES = 13      #: host_event_cycles
 
 
 def system_registers(cfg):
@@ -53,12 +59,19 @@ def system_registers(cfg):
             SysReg.SWITCH_LATENCY: cfg.switch_latency_cycles,
             SysReg.SOCKET_BYTES: cfg.socket_bytes_per_cycle,
             SysReg.SOCKET_OVERHEAD: cfg.socket_tlp_overhead_bytes,
-            SysReg.SOCKET_LATENCY: cfg.socket_latency_cycles}
+            SysReg.SOCKET_LATENCY: cfg.socket_latency_cycles,
+            SysReg.HOST_BYTES: cfg.root_host_bytes_per_cycle,
+            SysReg.CHUNK_LOG2: cfg.staging_chunk_bytes.bit_length() - 1,
+            SysReg.EVENT_CYCLES: cfg.host_event_cycles}
 
 
 #: Per-GPU counters, in address order.
 GPU_COUNTERS = ("tx_bytes", "rx_bytes", "first_tx", "last_tx", "first_rx", "last_rx",
                 "errors", "state")
+
+
+#: Per-host-memory counters, in address order.
+HOST_COUNTERS = ("rx_bytes", "tx_bytes", "errors")
 
 
 def link_names(cfg):
@@ -74,7 +87,9 @@ def counter_names(cfg):
     (``<link>.up`` / ``<link>.down``): ``tlps``, ``payload_bytes``,
     ``lane_bytes`` (the link's capacity), ``busy`` (beats sent),
     ``dllp_beats``.  Per socket-link direction (``socket<a><b>``): ``busy``
-    cycles.
+    cycles.  Per host memory (``host<k>``): payload bytes written in
+    (``rx_bytes``) and read out (``tx_bytes``), ``errors``.  Per root port
+    (``sw<s>.host_busy``): cycles it owed host-memory time.
     """
     names = ["cycles", "stuck", "overflow"]
     for g in range(cfg.gpus):
@@ -84,6 +99,9 @@ def counter_names(cfg):
             names += [f"{link}.{d}.{c}" for c in PcieLink.COUNTERS]
     if cfg.sockets == 2:
         names += ["socket01.busy", "socket10.busy"]
+    for k in range(cfg.sockets):
+        names += [f"host{k}.{c}" for c in HOST_COUNTERS]
+    names += [f"sw{s}.host_busy" for s in range(cfg.switches)]
     return names
 
 
@@ -122,7 +140,8 @@ class PcieSystem(wiring.Component):
         m = Module()
         cfg = self.cfg
         gps, sps = cfg.gpus_per_switch, cfg.switches_per_socket
-        regs = {r: Signal(32 if r == SysReg.SKP_BLOCKS else 8, name=f"reg_{r.name.lower()}")
+        wide = (SysReg.SKP_BLOCKS, SysReg.EVENT_CYCLES)
+        regs = {r: Signal(32 if r in wide else 8, name=f"reg_{r.name.lower()}")
                 for r in SysReg}
         with m.If(self.cfg_we & self.cfg_addr[8]):
             with m.Switch(self.cfg_addr[:4]):
@@ -158,17 +177,26 @@ class PcieSystem(wiring.Component):
             m.d.comb += sw.i_latency.eq(regs[SysReg.SWITCH_LATENCY])
             overflow.append(sw.o_overflow)
             switches.append(sw)
-        # root complexes: ports 0..sps-1 down to switches, port sps to the other socket
-        roots = []
+        # root complexes: ports 0..sps-1 down to switches, port sps to the other
+        # socket, port sps+1 to host memory
+        roots, hosts = [], []
         for k in range(cfg.sockets):
             lo, hi = k * sps * gps, (k + 1) * sps * gps
-            rc = Crossbar(cfg, ports=sps + 1, out_credits=tx_depth,
-                          port_of=lambda dst, lo=lo, hi=hi: Mux(
-                              (dst >= lo) & (dst < hi), ((dst - lo) // gps)[:2], sps))
+            rc = Crossbar(cfg, ports=sps + 2, out_credits=tx_depth,
+                          port_of=lambda dst, lo=lo, hi=hi, k=k: Mux(
+                              dst == HOST_NODE + k, sps + 1,
+                              Mux((dst >= lo) & (dst < hi), ((dst - lo) // gps)[:2], sps)))
             m.submodules[f"root{k}"] = rc
             m.d.comb += rc.i_latency.eq(regs[SysReg.SWITCH_LATENCY])
             overflow.append(rc.o_overflow)
             roots.append(rc)
+            host = HostMemory(cfg, k, tx_credits=rc.in_credits, rx_beats=tx_depth)
+            m.submodules[f"host{k}"] = host
+            m.d.comb += [host.i_start.eq(self.ctl_start),
+                         host.i_chunk_log2.eq(regs[SysReg.CHUNK_LOG2])]
+            wiring.connect(m, rc.o[sps + 1], host.i)
+            wiring.connect(m, host.o, rc.i[sps + 1])
+            hosts.append(host)
 
         gpus, links = [], {}
         for g in range(cfg.gpus):
@@ -176,7 +204,9 @@ class PcieSystem(wiring.Component):
             m.submodules[f"gpu{g}"] = gpu
             m.d.comb += [gpu.i_we.eq(self.cfg_we & ~self.cfg_addr[8] & (self.cfg_addr[4:8] == g)),
                          gpu.i_reg.eq(self.cfg_addr[:3]), gpu.i_data.eq(self.cfg_data),
-                         gpu.i_start.eq(self.ctl_start), gpu.i_now.eq(now)]
+                         gpu.i_start.eq(self.ctl_start), gpu.i_now.eq(now),
+                         gpu.i_chunk_log2.eq(regs[SysReg.CHUNK_LOG2]),
+                         gpu.i_event_cycles.eq(regs[SysReg.EVENT_CYCLES])]
             sw = switches[gpu_switch(cfg, g)]
             link = new_link(f"gpu{g}_link", gpu.rx_beats, sw.in_credits)
             links[f"gpu{g}"] = link
@@ -186,14 +216,29 @@ class PcieSystem(wiring.Component):
             wiring.connect(m, sw.o[port], link.b_i)
             wiring.connect(m, link.b_o, sw.i[port])
             gpus.append(gpu)
+        # staged copies: each GPU sees its peer's intake and its source's bytes
+        # landed in host memory
+        per_socket = sps * gps
+        landed = Array(hosts[g // per_socket].o_landed[g % per_socket] for g in range(cfg.gpus))
+        rx_bytes = Array(g.o_rx_bytes for g in gpus)
+        for g in gpus:
+            m.d.comb += [g.i_peer_consumed.eq(rx_bytes[g.o_peer]),
+                         g.i_src_landed.eq(landed[g.o_src])]
+        root_ports = []
         for s, sw in enumerate(switches):
             rc = roots[s // sps]
-            link = new_link(f"sw{s}_link", sw.in_credits, rc.in_credits)
+            rp = RootPort(cfg, up_credits=rc.in_credits, down_credits=tx_depth)
+            m.submodules[f"root_port{s}"] = rp
+            m.d.comb += rp.i_host_bytes_per_cycle.eq(regs[SysReg.HOST_BYTES])
+            link = new_link(f"sw{s}_link", sw.in_credits, RootPort.link_credits)
             links[f"sw{s}"] = link
             wiring.connect(m, sw.o[gps], link.a_i)
             wiring.connect(m, link.a_o, sw.i[gps])
-            wiring.connect(m, rc.o[s % sps], link.b_i)
-            wiring.connect(m, link.b_o, rc.i[s % sps])
+            wiring.connect(m, rp.link_o, link.b_i)
+            wiring.connect(m, link.b_o, rp.link_i)
+            wiring.connect(m, rc.o[s % sps], rp.root_i)
+            wiring.connect(m, rp.root_o, rc.i[s % sps])
+            root_ports.append(rp)
         sockets = []
         if cfg.sockets == 2:
             for a, b in ((0, 1), (1, 0)):
@@ -215,7 +260,7 @@ class PcieSystem(wiring.Component):
         running = Signal()
         idle = Signal(32)
         run_cycles = Signal(32)
-        progress = Cat(*(g.o_progress for g in gpus)).any()
+        progress = Cat(*(g.o_progress for g in gpus + hosts)).any()
         with m.If(self.ctl_start):
             m.d.sync += [running.eq(1), self.stuck.eq(0), idle.eq(0), run_cycles.eq(0)]
         with m.Elif(running & ~self.done & ~self.stuck):
@@ -236,6 +281,9 @@ class PcieSystem(wiring.Component):
             for d in ("ab", "ba"):
                 values += [getattr(link, f"{d}_{c}") for c in PcieLink.COUNTERS]
         values += [sl.o_busy for sl in sockets]
+        for host in hosts:
+            values += [host.o_rx_bytes, host.o_tx_bytes, host.o_errors]
+        values += [rp.o_host_busy for rp in root_ports]
         with m.Switch(self.rd_addr):
             for i, v in enumerate(values):
                 with m.Case(i):

@@ -15,8 +15,8 @@ import enum
 from amaranth import Cat, Const
 from amaranth.lib import data
 
-__all__ = ["TlpType", "FcClass", "DATA_CREDIT_BYTES", "NODE_BITS", "tlp_layout",
-           "wire_layout", "payload_beat"]
+__all__ = ["TlpType", "FcClass", "DATA_CREDIT_BYTES", "NODE_BITS", "HOST_NODE", "STAGE_SHIFT",
+           "tlp_layout", "wire_layout", "payload_beat", "staged_beat"]
 
 
 class TlpType(enum.IntEnum):
@@ -37,8 +37,13 @@ class FcClass(enum.IntEnum):
 
 #: Bytes per flow-control data credit.
 DATA_CREDIT_BYTES = 16
-#: Width of node indices (GPUs 0..7).
-NODE_BITS = 4
+#: Width of node indices: GPUs 0..15, host memories from :data:`HOST_NODE`.
+NODE_BITS = 5
+#: Node of socket 0's host memory; socket ``k``'s is ``HOST_NODE + k``.
+HOST_NODE = 16
+#: A copy staged through host memory puts source GPU ``s``'s byte ``x`` at host
+#: address ``s << STAGE_SHIFT | x`` (so a staged copy is under 256 MiB).
+STAGE_SHIFT = 28
 
 
 def tlp_layout(cfg):
@@ -46,7 +51,8 @@ def tlp_layout(cfg):
 
     Fields, low bits first: ``data`` (``8 * datapath_bytes``), ``kind`` (2,
     :class:`TlpType`), ``vc`` (2, :class:`FcClass`), ``src`` and ``dst``
-    (``NODE_BITS`` each, requester and target node), ``addr`` (32: the byte
+    (``NODE_BITS`` each, requester and target node: GPUs from 0, host memories
+    from :data:`HOST_NODE`), ``addr`` (32: the byte
     address in the target's memory of the TLP's first byte, on the header
     beat, or of this beat's first byte), ``length`` (13: payload bytes, on
     every beat), ``tag`` (8), ``head`` (1: header beat), ``last`` (1: last
@@ -92,3 +98,10 @@ def payload_beat(src, addr, datapath_bytes=32):
         return out
     src4 = Cat(Const(src, 4) if isinstance(src, int) else src, Const(0, 4))[:4]
     return Cat(*(Cat(((addr >> 2) + i)[:28], src4) for i in range(lanes)))
+
+
+def staged_beat(addr, datapath_bytes=32):
+    """Payload of the beat at host address ``addr`` of a staging buffer: source
+    GPU ``addr >> STAGE_SHIFT``'s data at byte ``addr % 2**STAGE_SHIFT`` of its copy
+    (an Amaranth value)."""
+    return payload_beat(addr[STAGE_SHIFT:STAGE_SHIFT + 4], addr[:STAGE_SHIFT], datapath_bytes)

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from hdl.pcie.config import CLOCK_MHZ, gpu_socket
 from hdl.pcie.gpu import GpuMode, GpuReg
-from hdl.pcie.system import GLOBAL, counter_names, link_names, system_registers
+from hdl.pcie.system import GLOBAL, counter_names, system_registers
+from hdl.pcie.tlp import STAGE_SHIFT
 from sim.experiments import load_reference
 from sim.fit import error_pct, fit_affine
 
@@ -46,12 +47,21 @@ class Experiment:
     tlp: str
     notes: tuple = ()
 
+    def sweep(self, cfg):
+        """Bytes each pair copies, one run each: :data:`SWEEP_BYTES`, or for a
+        staged copy 2, 3 and 4 chunks (``staging_chunk_bytes``), so the fit
+        covers the double buffering's steady state."""
+        if self.mode == GpuMode.STAGED:
+            return tuple(k * cfg.staging_chunk_bytes for k in (2, 3, 4))
+        return SWEEP_BYTES
+
 
 def copy_run(cfg, label, pairs, nbytes, tlp_bytes, meta=None, mode=GpuMode.PUSH):
     """Register writes of one run: each ``(src, dst)`` of ``pairs`` copies
     ``nbytes`` from GPU ``src`` to GPU ``dst``, pushed by ``src`` in writes of
-    ``tlp_bytes`` or pulled by ``dst`` in reads of ``tlp_bytes`` (``mode``);
-    every other GPU idles.
+    ``tlp_bytes``, pulled by ``dst`` in reads of ``tlp_bytes``, or staged
+    through host memory, ``dst`` reading the staging buffers in reads of
+    ``tlp_bytes`` (``mode``); every other GPU idles.
 
     Raises
     ------
@@ -82,22 +92,26 @@ def copy_run(cfg, label, pairs, nbytes, tlp_bytes, meta=None, mode=GpuMode.PUSH)
         if len(set(ends)) != len(ends):
             raise ValueError(f"pairs must give each GPU at most one copy to {what}, not {pairs}")
     most = cfg.max_payload_bytes if mode == GpuMode.PUSH else 4096
+    staged = mode == GpuMode.STAGED
     if not isinstance(tlp_bytes, int) or tlp_bytes & (tlp_bytes - 1) \
             or not cfg.datapath_bytes <= tlp_bytes <= most:
         # a read of a power of two stays inside one 4 KiB page, as PCIe requires
         raise ValueError(f"TLP bytes must be a power of two from {cfg.datapath_bytes} to "
                          f"{most}{' (max_payload_bytes)' if mode == GpuMode.PUSH else ''}, "
                          f"not {tlp_bytes!r}")
-    if not (isinstance(nbytes, int) and 0 < nbytes < 1 << 31 and nbytes % tlp_bytes == 0):
-        raise ValueError(f"bytes must be a positive multiple of {tlp_bytes} below 2**31, "
-                         f"not {nbytes!r}")
+    unit = max(tlp_bytes, cfg.staging_chunk_bytes) if staged else tlp_bytes
+    limit = 1 << STAGE_SHIFT if staged else 1 << 31
+    if not (isinstance(nbytes, int) and 0 < nbytes < limit and nbytes % unit == 0):
+        raise ValueError(f"bytes must be a positive multiple of {unit}"
+                         f"{' (staging_chunk_bytes)' if staged else ''} below "
+                         f"2**{limit.bit_length() - 1}, not {nbytes!r}")
     writes = [(GLOBAL | reg, value) for reg, value in system_registers(cfg).items()]
     expect = {g: 0 for g in range(cfg.gpus)}
     for _, dst in pairs:
         expect[dst] += nbytes
     came = {d: s for s, d in pairs}
     # the GPU whose copy engine runs each copy, and the peer it names
-    engine = dict(pairs) if mode == GpuMode.PUSH else came
+    engine = came if mode == GpuMode.PULL else dict(pairs)
     for g in range(cfg.gpus):
         writes += [(g << 4 | GpuReg.PEER, engine.get(g, 0)),
                    (g << 4 | GpuReg.BYTES, nbytes if g in engine else 0),
@@ -116,7 +130,7 @@ def _scenarios(exp):
 
 def build_runs(cfg, exp):
     """Every run of ``exp`` under ``cfg``: each scenario at each size of
-    :data:`SWEEP_BYTES`.
+    :meth:`Experiment.sweep`.
 
     Raises
     ------
@@ -132,7 +146,7 @@ def build_runs(cfg, exp):
             raise ValueError(f"sockets x switches_per_socket x gpus_per_switch must give at "
                              f"least {need} GPUs for {exp.name}'s {name} scenario, not "
                              f"{cfg.gpus}")
-        for nbytes in SWEEP_BYTES:
+        for nbytes in exp.sweep(cfg):
             runs.append(copy_run(cfg, f"{name}: {nbytes} B per pair", pairs, nbytes, size,
                                  {"scenario": name}, exp.mode))
     return runs
@@ -169,6 +183,19 @@ def check_run(cfg, run, got):
         if c[f"gpu{g}.tx_bytes"] != sent.get(g, 0):
             raise ExperimentError(f"{label}: gpu{g} sent {c[f'gpu{g}.tx_bytes']} B, expected "
                                   f"{sent.get(g, 0)}")
+    staged = {k: 0 for k in range(cfg.sockets)}
+    if run["mode"] == GpuMode.STAGED:
+        for s, _ in run["pairs"]:
+            staged[gpu_socket(cfg, s)] += run["bytes"]
+    for k, want in staged.items():
+        if c[f"host{k}.errors"]:
+            raise ExperimentError(f"{label}: host{k}.errors = {c[f'host{k}.errors']}: a staging "
+                                  "buffer written out of order or with wrong data, or read "
+                                  "before its chunk landed or after it was overwritten")
+        for what in ("rx_bytes", "tx_bytes"):
+            if c[f"host{k}.{what}"] != want:
+                raise ExperimentError(f"{label}: host{k}.{what} = {c[f'host{k}.{what}']} B, "
+                                      f"expected {want}: staged data lost or duplicated")
 
 
 def topology(cfg, got):
@@ -224,7 +251,7 @@ def analyse(cfg, exp, runs, results, simulator):
         got_bw = []
         for k, (src, dst) in enumerate(entry["pairs"]):
             # from the copy engine's first TLP to the last byte landing
-            engine = src if exp.mode == GpuMode.PUSH else dst
+            engine = dst if exp.mode == GpuMode.PULL else src
             points = [(r["bytes"], g["counters"][f"gpu{dst}.last_rx"]
                        - g["counters"][f"gpu{engine}.first_tx"]) for r, g in mine]
             fit = fit_affine([p for p, _ in points], [c for _, c in points])
@@ -251,7 +278,7 @@ def analyse(cfg, exp, runs, results, simulator):
     if shown is not None:
         extra["topology"] = dict(topology(cfg, shown[1]),
                                  title=f"{exp.title}: {last}, "
-                                       f"{max(SWEEP_BYTES)} B per pair")
+                                       f"{max(exp.sweep(cfg))} B per pair")
     return {"fabric": FABRIC, "experiment": exp.name, "title": exp.title,
             "simulator": simulator, "config": config, "series": series, "rows": rows,
             "notes": notes, "scenarios": scenarios, **extra}
@@ -267,7 +294,8 @@ _MECHANISM = (
     "128 B write is 152 B on the wire, which would allow 26.5 GB/s.",
     "Why rings run as fast as one pair: Ack and UpdateFC DLLPs for the traffic coming the "
     "other way ride in the 8 B of slack in each header beat, so a link busy both ways "
-    "loses no data beats to them.",
+    "loses no data beats to them. Posted writes, read requests and completions queued on "
+    "one link take turns, round robin.",
     "Cross-socket pairs cross the socket link, whose peer-to-peer bandwidth "
     "(socket_bytes_per_cycle) and per-TLP cost (socket_tlp_overhead_bytes) were "
     "calibrated on the single cross-socket rows of the copy engine (128 B writes: 7 cycles "
@@ -275,8 +303,40 @@ _MECHANISM = (
     "and ring rows are predictions. Known gap: in the 8-GPU ring the seed's cross-socket "
     "copies lose 6 % against one pair (17.4 against 18.5 GB/s); the model's socket link "
     "carries its two directions independently, so they do not.",
-    "Not built yet: copies staged through host memory, and copies with peer access "
-    "switched off.")
+    "Not built: the no-peer-access cudaMemcpyAsync rows (pageable host memory, 17.8 and "
+    "20.6 GB/s) and the RTX 4090 rows.")
+
+_STAGED = (
+    "Peer access off: each copy is staged through two pinned buffers of one chunk "
+    "(staging_chunk_bytes, 1 MiB as in the seed's '256 MB / 1 MB' row) in host memory of "
+    "the source's socket. The source's copy engine writes chunk k (posted writes of "
+    "max_payload_bytes) once the destination has read chunk k-2 out of the same buffer; "
+    "the destination's copy engine reads chunk k (reads of max_read_request_bytes, 512 B, "
+    "completions of 128 B) once all of it has landed; each sees the other's progress "
+    "host_event_cycles (1 us) late. Sizes of 2, 3 and 4 chunks per pair; the fitted slope "
+    "is the steady state, without the first write and the last read that nothing overlaps.",
+    "Why a staged pair in one socket is slower than across two, and why two staged pairs "
+    "on one switch halve: every byte written into or read out of host memory through a "
+    "root port draws on one budget, root_host_bytes_per_cycle (41 B/ns, calibrated on the "
+    "same-socket pair). A same-socket pair passes each byte through its root port twice "
+    "(about 20.5 GB/s); two pairs four times (about 10.3 each); a 4-GPU ring eight times "
+    "(about 5.1 each); the 8-GPU ring eight times per socket. A cross-socket pair writes "
+    "through one root port and reads through the other, so neither budget binds and the "
+    "pair runs at the rate of the PCIe links (about 25 GB/s); its host-memory TLPs are the "
+    "socket link's own memory traffic and do not pay the peer-to-peer forwarding cost. Two "
+    "cross-socket pairs share the first switch's upstream link with their writes (about "
+    "12.6 each).",
+    "Why device-to-host looks faster than host-to-device (the seed's question): the "
+    "device-to-host half is posted writes that need no answer; the host-to-device half "
+    "is reads whose completions come back one read latency later, so it starts later and "
+    "finishes last.",
+    "Known gap: in the 8-GPU ring the pairs do not share the root ports evenly. Each "
+    "socket's root port carries eight streams as in the 4-GPU ring, but the crossbars "
+    "share an output port by input port, not by copy, and one host memory answers its "
+    "socket's reads in order; one socket's destinations fall behind the other's, and which "
+    "one drifts from run to run, so the per-pair fits over 2, 3 and 4 chunks spread from "
+    "4.8 to 11.5 GB/s against the seed's even 4.72. The model has no mechanism yet that "
+    "would share them evenly.")
 
 EXPERIMENTS = {e.name: e for e in (
     Experiment("peer_copy", "Peer access: cudaMemcpyAsync device to device (copy engine)",
@@ -303,4 +363,6 @@ EXPERIMENTS = {e.name: e for e in (
                       "13.0 GB/s against the seed's 11: on the socket link each direction "
                       "carries one pair's completions and the other's read requests, and "
                       "the model charges a request only its per-TLP cost there.") + _MECHANISM),
+    Experiment("host_staged", "Peer access off: double-buffered streaming through host memory",
+               GpuMode.STAGED, "max_read_request_bytes", notes=_STAGED),
 )}
