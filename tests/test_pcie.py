@@ -37,6 +37,9 @@ CFG = PcieConfig()
     ("staging_chunk_bytes", 3000, "staging_chunk_bytes must be a power of two from 4096"),
     ("max_read_request_bytes", 100, "max_read_request_bytes must be one of 128, 256"),
     ("root_host_bytes_per_cycle", 0, "root_host_bytes_per_cycle must be an integer from 1"),
+    ("staging_chunk_bytes", 1 << 26, "staging_chunk_bytes must be a power of two from 4096 "
+                                     "to 33554432"),
+    ("host_event_cycles", 10000, r"host_event_cycles must be below \(watchdog_cycles - 100\)"),
 ])
 def test_bad_configuration_names_the_field(field, value, message):
     with pytest.raises(ValueError, match=message):
@@ -74,6 +77,9 @@ def test_bad_pairs_input_is_refused_not_dropped():
     with pytest.raises(ValueError, match=r"bytes must be a positive multiple of 1048576 "
                                          r"\(staging_chunk_bytes\)"):
         pcie.copy_run(CFG, "part", [(0, 1)], 1 << 19, 512, mode=GpuMode.STAGED)
+    for mode in (3, "staged", None):
+        with pytest.raises(ValueError, match="mode must be one of PUSH, PULL, STAGED"):
+            pcie.copy_run(CFG, "mode", [(0, 1)], 4096, 128, mode=mode)
 
 
 def test_cli_refuses_a_bad_payload_size_before_any_build(tmp_path, capsys):
@@ -377,13 +383,13 @@ def test_topology_shows_every_link(experiment_result):
 
 
 def test_staged_copies_move_every_byte_through_host_memory(tmp_path):
-    """Copies with peer access off, in small chunks (64 KiB): one pair in a
-    socket, one across, and the 8-GPU ring finish with every byte checked in
-    host memory and at the destination."""
+    """Copies with peer access off, in three small chunks (64 KiB, so the first
+    buffer is used twice): one pair in a socket, one across, and the 8-GPU ring
+    finish with every byte checked in host memory and at the destination."""
     cfg = dataclasses.replace(CFG, staging_chunk_bytes=1 << 16)
     verilog = generate_verilog(PcieSystem, cfg.hardware(), "pcie_system", build_root=BUILD)
     ring = [(g, (g + 1) % 8) for g in range(8)]
-    runs = [pcie.copy_run(cfg, str(pairs), pairs, 2 << 16, cfg.max_read_request_bytes,
+    runs = [pcie.copy_run(cfg, str(pairs), pairs, 3 << 16, cfg.max_read_request_bytes,
                           mode=GpuMode.STAGED) for pairs in ([(0, 1)], [(0, 4)], ring)]
     got = run_cocotb(verilog, "pcie_system", "testbenches.pcie", sim=SIM,
                      plan=pcie.plan(cfg, runs), test_dir=tmp_path)
@@ -391,6 +397,6 @@ def test_staged_copies_move_every_byte_through_host_memory(tmp_path):
     for run, result in zip(runs, got["runs"]):
         pcie.check_run(cfg, run, result)
     ring_counters = got["runs"][-1]["counters"]
-    assert ring_counters["host0.rx_bytes"] == ring_counters["host1.rx_bytes"] == 4 * (2 << 16)
+    assert ring_counters["host0.rx_bytes"] == ring_counters["host1.rx_bytes"] == 4 * (3 << 16)
     # the 8-GPU ring's writes and reads all draw on the root ports' host budget
     assert ring_counters["sw0.host_busy"] > 0.9 * ring_counters["cycles"]

@@ -43,7 +43,7 @@ class Completer(wiring.Component):
         Payload bytes of the completion whose last beat goes this cycle (0 if none).
     o_bad : Out(1)
         A non-posted request that is not a memory read was taken this cycle (it is
-        answered as a zero-length read: dropped).
+        answered as a read of its length all the same).
     """
 
     def __init__(self, cfg, node, data):

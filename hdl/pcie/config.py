@@ -98,8 +98,8 @@ class PcieConfig(ConfigBase):
     socket_latency_cycles: int = _run(50, "socket link latency, ns (not in the seed)")
     # --- host memory and copies staged through it (seed 001, "3.2.2 Optimization 1:
     #     double-buffered streaming through the CPU") ------------------------------
-    root_host_bytes_per_cycle: int = _run(41, f"{SEED}: bytes per ns a root complex moves "
-                                              "between its PCIe ports and host memory, "
+    root_host_bytes_per_cycle: int = _run(41, f"{SEED}: bytes per ns a root port moves "
+                                              "between its PCIe link and host memory, "
                                               "writes in and read data out together; "
                                               "calibrated on the double-buffered same-socket "
                                               "pair (20.34 GB/s: each byte is written to "
@@ -184,9 +184,13 @@ class PcieConfig(ConfigBase):
         integer("root_host_bytes_per_cycle", 1, 255)
         chunk = self.staging_chunk_bytes
         need("staging_chunk_bytes", isinstance(chunk, int) and not isinstance(chunk, bool)
-             and chunk in {1 << k for k in range(12, 27)},
-             "a power of two from 4096 to 67108864 (64 MiB)")
+             and chunk in {1 << k for k in range(12, 26)},
+             "a power of two from 4096 to 33554432 (32 MiB: a staged copy of four "
+             "chunks stays under 256 MiB)")
         integer("host_event_cycles", 0, 1 << 20)
+        need("host_event_cycles", self.host_event_cycles * 2 + 100 < self.watchdog_cycles,
+             f"below (watchdog_cycles - 100) / 2 ({(self.watchdog_cycles - 100) // 2}): a "
+             "staged copy waits up to twice as long for an event with nothing moving")
         one_of("max_read_request_bytes", (128, 256, 512, 1024, 2048, 4096))
         need("max_read_request_bytes", self.max_read_request_bytes >= self.datapath_bytes,
              f"at least datapath_bytes ({self.datapath_bytes})")

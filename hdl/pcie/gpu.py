@@ -20,8 +20,9 @@ host memory (device to host, writes of ``max_payload_bytes``) once the
 destination has read chunk ``k - 2`` out of the same buffer; the
 destination's copy engine reads chunk ``k`` (host to device, reads of
 ``max_read_request_bytes``) once all of it has landed.  Each side sees the
-other's progress ``host_event_cycles`` late, as the host thread's CUDA events
-tell it.
+other's progress ``host_event_cycles`` late (up to twice that when it moves
+on while an earlier event is still on its way), as the host thread's CUDA
+events tell it.
 """
 
 import enum
@@ -42,9 +43,9 @@ class GpuReg(enum.IntEnum):
     """Run-time registers of one GPU (``cfg_addr`` low 3 bits)."""
 
     PEER = 0         #: GPU the copy writes to (push, staged) or reads from (pull)
-    BYTES = 1        #: bytes to copy (a multiple of the TLP size; 0: no copy)
+    BYTES = 1        #: bytes to copy (a multiple of the TLP size, staged of the chunk; 0: none)
     TLP_BYTES = 2    #: bytes per write (push) or per read request (pull, staged)
-    EXPECT = 3       #: bytes this GPU's memory should take in during the run
+    EXPECT = 3       #: bytes this GPU's memory should take in (staged: a multiple of the chunk)
     SRC = 4          #: GPU those bytes come from
     MODE = 5         #: :class:`GpuMode`
     TAGS = 6         #: reads outstanding at most (pull, staged), 1 to 256 (others are clamped)
@@ -89,7 +90,7 @@ class GpuEndpoint(wiring.Component):
     i_chunk_log2 : In(5)
         log2 of ``staging_chunk_bytes`` (staged copies).
     i_event_cycles : In(32)
-        ``host_event_cycles``: how late a staged copy's engines see the other
+        ``host_event_cycles``: how late (to twice that) a staged copy's engines see the other
         side's progress.
     i_peer_consumed : In(32)
         Staged: bytes PEER has taken in (its ``o_rx_bytes``): a staging buffer is

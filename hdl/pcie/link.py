@@ -10,7 +10,8 @@ the 128b/130b sync headers (one cycle in 65) and a SKP ordered set every
 header beat (framing, header, length) and the data beats.  A transmitter
 starts a TLP only once all of it is in its queue, so its beats go back to
 back, and the classes with a TLP ready to start (queued whole, with credits)
-take turns, round robin.  The receiver
+take turns, round robin (a read or completion may pass an earlier posted
+write: Relaxed Ordering, which no copy of the model depends on).  The receiver
 returns flow-control credits per class with UpdateFC DLLPs and acknowledges
 TLPs with Ack DLLPs; both travel the other direction and take its link time:
 one DLLP (8 B) fits in the slack of a TLP's header beat (framing and a 4 DW
@@ -171,9 +172,10 @@ class LinkPort(wiring.Component):
             m.d.comb += ready_to_start[c].eq(txq.o[c].valid & head.head & (whole[c] != 0)
                                              & (hdr_avail != 0) & (data_avail >= n)
                                              & (unacked < cfg.replay_tlps))
-        # the classes ready to start take turns, round robin (PCIe sets no
-        # priority between them; each has its own queue and credits, so posted
-        # writes can always pass the others)
+        # the classes ready to start take turns, round robin; each has its own
+        # queue and credits, so posted writes can always pass the others (and a
+        # read or completion may pass an earlier posted write, as PCIe allows
+        # only with Relaxed Ordering; no copy of the model depends on it)
         start = Signal()
         pick = Signal(range(N_FC))
         last = Signal(range(N_FC), init=N_FC - 1)

@@ -31,9 +31,10 @@ def _whole_tlps(m, inq, send, allow):
     """Move whole TLPs from the class queues ``inq.o`` to ``send.i``, a TLP
     that started keeping the output until its last beat.  Between TLPs the
     classes that can start one take turns (``send``'s round robin over the
-    classes holding credits): PCIe sets no priority between them, and posted
-    writes stay able to pass the others since each class has its own queue and
-    credits.  ``allow(c, beat)`` gates each beat of class ``c``.  Returns the
+    classes holding credits); posted writes stay able to pass the others since
+    each class has its own queue and credits.  A read or completion may pass a
+    posted write queued before it, which PCIe allows only with Relaxed
+    Ordering: the model's copies do not depend on that order.  ``allow(c, beat)`` gates each beat of class ``c``.  Returns the
     per-class signals that a beat moved this cycle."""
     busy = Signal()
     cur = Signal(range(N_FC))

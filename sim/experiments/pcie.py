@@ -70,6 +70,11 @@ def copy_run(cfg, label, pairs, nbytes, tlp_bytes, meta=None, mode=GpuMode.PUSH)
         GPU that sends or receives twice, or sizes the GPU cannot do; the
         message names the field and the allowed values.
     """
+    if not (isinstance(mode, int) and not isinstance(mode, bool)
+            and mode in set(GpuMode)):
+        raise ValueError(f"mode must be one of {', '.join(m.name for m in GpuMode)}, "
+                         f"not {mode!r}")
+    mode = GpuMode(mode)
     try:
         pairs = list(pairs)
     except TypeError:
@@ -295,7 +300,9 @@ _MECHANISM = (
     "Why rings run as fast as one pair: Ack and UpdateFC DLLPs for the traffic coming the "
     "other way ride in the 8 B of slack in each header beat, so a link busy both ways "
     "loses no data beats to them. Posted writes, read requests and completions queued on "
-    "one link take turns, round robin.",
+    "one link take turns, round robin, so a read or completion may pass a posted write "
+    "queued before it (PCIe allows that only with Relaxed Ordering); no copy here depends "
+    "on that order.",
     "Cross-socket pairs cross the socket link, whose peer-to-peer bandwidth "
     "(socket_bytes_per_cycle) and per-TLP cost (socket_tlp_overhead_bytes) were "
     "calibrated on the single cross-socket rows of the copy engine (128 B writes: 7 cycles "
@@ -313,7 +320,7 @@ _STAGED = (
     "max_payload_bytes) once the destination has read chunk k-2 out of the same buffer; "
     "the destination's copy engine reads chunk k (reads of max_read_request_bytes, 512 B, "
     "completions of 128 B) once all of it has landed; each sees the other's progress "
-    "host_event_cycles (1 us) late. Sizes of 2, 3 and 4 chunks per pair; the fitted slope "
+    "host_event_cycles (1 us) to twice that late. Sizes of 2, 3 and 4 chunks per pair; the fitted slope "
     "is the steady state, without the first write and the last read that nothing overlaps.",
     "Why a staged pair in one socket is slower than across two, and why two staged pairs "
     "on one switch halve: every byte written into or read out of host memory through a "
