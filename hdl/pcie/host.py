@@ -96,19 +96,20 @@ class HostMemory(wiring.Component):
         bad = Signal()
 
         def source(addr):
-            """Index among the socket's GPUs of the copy ``addr`` belongs to, and
-            whether it is one of them."""
+            """The GPU whose copy ``addr`` belongs to, its index among the
+            socket's GPUs, and whether it is one of them."""
             gpu = addr[STAGE_SHIFT:STAGE_SHIFT + 4]
-            return (gpu - lo)[:max(1, (self.n - 1).bit_length())], (gpu >= lo) & (gpu < lo + self.n)
+            return (gpu, (gpu - lo)[:max(1, (self.n - 1).bit_length())],
+                    (gpu >= lo) & (gpu < lo + self.n))
 
         # --- writes: each source's copy in order, with its data ---------------------------
         got = rx.o[FcClass.P].payload
         cur = Signal(range(max(self.n, 2)))
         beats_left = Signal(range(mps // dp + 1))
-        index, mine = source(got.addr)
+        writer, index, mine = source(got.addr)
         with m.If(rx.o[FcClass.P].valid & ~self.i_start):
             with m.If((got.kind != TlpType.MWR) | (got.dst != self.node) | ~mine
-                      | (got.src != got.addr[STAGE_SHIFT:STAGE_SHIFT + 4])):
+                      | (got.src != writer)):
                 m.d.comb += bad.eq(1)
             with m.Elif(got.head):
                 with m.If((got.addr[:STAGE_SHIFT] != landed[index]) | (beats_left != 0)
@@ -118,7 +119,8 @@ class HostMemory(wiring.Component):
             with m.Else():
                 with m.If((beats_left == 0) | (index != cur)
                           | (got.addr[:STAGE_SHIFT] != landed[index])
-                          | (got.last != (beats_left == 1)) | (got.data != staged_beat(got.addr, dp))):
+                          | (got.last != (beats_left == 1))
+                          | (got.data != staged_beat(got.addr, dp))):
                     m.d.comb += bad.eq(1)
                 with m.Else():
                     m.d.sync += [landed[index].eq(landed[index] + dp),
@@ -132,7 +134,7 @@ class HostMemory(wiring.Component):
         wiring.connect(m, completer.cpl, send.i[FcClass.CPL])
         m.d.comb += completer.i_clear.eq(self.i_start)
         req = rx.o[FcClass.NP].payload
-        r_index, r_mine = source(req.addr)
+        _, r_index, r_mine = source(req.addr)
         x = req.addr[:STAGE_SHIFT]
         have = landed[r_index]
         # the buffer of x's chunk holds it until chunk (x's) + 2 starts landing

@@ -10,7 +10,7 @@ everything else up; a root complex sends a TLP for a GPU of its socket down
 to that GPU's switch and everything else over the socket link.
 """
 
-from amaranth import Cat, Module, Mux, Signal
+from amaranth import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -34,8 +34,9 @@ def _whole_tlps(m, inq, send, allow):
     classes holding credits); posted writes stay able to pass the others since
     each class has its own queue and credits.  A read or completion may pass a
     posted write queued before it, which PCIe allows only with Relaxed
-    Ordering: the model's copies do not depend on that order.  ``allow(c, beat)`` gates each beat of class ``c``.  Returns the
-    per-class signals that a beat moved this cycle."""
+    Ordering: the model's copies do not depend on that order.  ``allow(c,
+    beat)`` gates each beat of class ``c``.  Returns the per-class signals that
+    a beat moved this cycle."""
     busy = Signal()
     cur = Signal(range(N_FC))
     moved = []
@@ -48,6 +49,20 @@ def _whole_tlps(m, inq, send, allow):
         with m.If(moved[-1]):
             m.d.sync += [busy.eq(~beat.last), cur.eq(c)]
     return moved
+
+
+def _byte_budget(m, budget, charge, busy):
+    """Time owed on a resource that pays ``budget`` bytes per cycle: each cycle
+    ``charge`` (a 16-bit Signal the caller drives) joins what is owed and
+    ``budget`` is paid off; ``busy`` counts the cycles anything was owed.
+    Returns whether less than one cycle's budget is owed (a new charge may
+    start)."""
+    debt = Signal(16)
+    left = debt + charge
+    m.d.sync += debt.eq(Mux(left > budget, left - budget, 0))
+    with m.If(left != 0):
+        m.d.sync += busy.eq(busy + 1)
+    return debt < budget
 
 
 class Crossbar(wiring.Component):
@@ -163,23 +178,17 @@ class SocketLink(wiring.Component):
         wiring.connect(m, wiring.flipped(self.i), inq.i)
         m.submodules.send = send = StreamToLink(flit_layout=layout, credits=self.out_credits,
                                                 n_vc=N_FC)
-        debt = Signal(16)
-        free = debt < self.i_bytes_per_cycle
+        cost = Signal(16)
+        free = _byte_budget(m, self.i_bytes_per_cycle, cost, self.o_busy)
         moved = _whole_tlps(m, inq, send, lambda c, beat: free)
         # a peer-to-peer TLP costs the forwarding overhead on top of its payload; a
         # host-memory TLP is the socket link's own memory traffic and costs a beat
-        cost = Signal(16)
         for c in range(N_FC):
             beat = inq.o[c].payload
             with m.If(moved[c]):
                 m.d.comb += cost.eq(Mux(beat.head, Mux(_is_host(beat), cfg.datapath_bytes,
                                                        self.i_tlp_overhead_bytes),
                                         cfg.datapath_bytes))
-        moved = Cat(*moved).any()
-        left = debt + Mux(moved, cost, 0)
-        m.d.sync += debt.eq(Mux(left > self.i_bytes_per_cycle, left - self.i_bytes_per_cycle, 0))
-        with m.If(left != 0):
-            m.d.sync += self.o_busy.eq(self.o_busy + 1)
         pipe = LinkDelay(flit_layout=layout, capacity=N_FC * self.out_credits, n_vc=N_FC)
         m.submodules.pipe = pipe
         m.d.comb += pipe.i_latency.eq(self.i_latency)
@@ -241,10 +250,12 @@ class RootPort(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         layout = tlp_layout(self.cfg)
-        budget = self.i_host_bytes_per_cycle
-        debt = Signal(16)
-        free = debt < budget
-        owed = []
+        owed = Signal(16)
+        free = _byte_budget(m, self.i_host_bytes_per_cycle, owed, self.o_host_busy)
+
+        def charged(beat):
+            return beat.head & _is_host(beat) & (beat.kind != TlpType.MRD)
+        costs = []
         for name, src, dst, depth, credits in (
                 ("up", self.link_i, self.root_o, self.link_credits, self.up_credits),
                 ("down", self.root_i, self.link_o, self.down_credits, self.down_credits)):
@@ -254,18 +265,12 @@ class RootPort(wiring.Component):
             m.submodules[f"{name}_send"] = send
             wiring.connect(m, wiring.flipped(src), inq.i)
             wiring.connect(m, send.o, wiring.flipped(dst))
-
-            def charged(beat):
-                return beat.head & _is_host(beat) & (beat.kind != TlpType.MRD)
             moved = _whole_tlps(m, inq, send, lambda c, beat: ~charged(beat) | free)
             cost = Signal(16, name=f"{name}_cost")
             for c in range(N_FC):
                 beat = inq.o[c].payload
                 with m.If(moved[c] & charged(beat)):
                     m.d.comb += cost.eq(beat.length)
-            owed.append(cost)
-        left = debt + owed[0] + owed[1]
-        m.d.sync += debt.eq(Mux(left > budget, left - budget, 0))
-        with m.If(left != 0):
-            m.d.sync += self.o_host_busy.eq(self.o_host_busy + 1)
+            costs.append(cost)
+        m.d.comb += owed.eq(costs[0] + costs[1])
         return m
