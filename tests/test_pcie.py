@@ -39,6 +39,8 @@ CFG = PcieConfig()
     ("root_host_bytes_per_cycle", 0, "root_host_bytes_per_cycle must be an integer from 1"),
     ("staging_chunk_bytes", 1 << 26, "staging_chunk_bytes must be a power of two from 4096 "
                                      "to 33554432"),
+    ("pageable_chunk_bytes", 1 << 11, "pageable_chunk_bytes must be a power of two from "
+                                      "4096"),
     ("host_event_cycles", 10000, r"host_event_cycles must be below \(watchdog_cycles - 100\)"),
 ])
 def test_bad_configuration_names_the_field(field, value, message):

@@ -108,6 +108,13 @@ class PcieConfig(ConfigBase):
     staging_chunk_bytes: int = _run(1 << 20, f"{SEED}: '3.2.2 ... 256 MB 1 MB 17.81': the "
                                              "chunk of a double-buffered copy, bytes; two "
                                              "pinned host buffers of one chunk each")
+    pageable_chunk_bytes: int = _run(1 << 17, f"{SEED}: '3.2.1 Naive CUDA API call': "
+                                              "cudaMemcpyAsync with peer access off stages "
+                                              "through pageable host memory, which the "
+                                              "driver copies through two pinned buffers of "
+                                              "its own, of this many bytes each (not in the "
+                                              "seed: calibrated on the same-socket row, 17.8 "
+                                              "GB/s)")
     host_event_cycles: int = _run(1000, "ns from a chunk's copy finishing to the other "
                                         "GPU's copy engine seeing it (the host thread's "
                                         "CUDA event; not in the seed)")
@@ -182,11 +189,12 @@ class PcieConfig(ConfigBase):
              f"at least datapath_bytes ({self.datapath_bytes})")
         integer("read_tags", 1, 256)
         integer("root_host_bytes_per_cycle", 1, 255)
-        chunk = self.staging_chunk_bytes
-        need("staging_chunk_bytes", isinstance(chunk, int) and not isinstance(chunk, bool)
-             and chunk in {1 << k for k in range(12, 26)},
-             "a power of two from 4096 to 33554432 (32 MiB: a staged copy of four "
-             "chunks stays under 256 MiB)")
+        for name in ("staging_chunk_bytes", "pageable_chunk_bytes"):
+            chunk = getattr(self, name)
+            need(name, isinstance(chunk, int) and not isinstance(chunk, bool)
+                 and chunk in {1 << k for k in range(12, 26)},
+                 "a power of two from 4096 to 33554432 (32 MiB: a staged copy of four "
+                 "chunks stays under 256 MiB)")
         integer("host_event_cycles", 0, 1 << 20)
         need("host_event_cycles", self.host_event_cycles * 2 + 100 < self.watchdog_cycles,
              f"below (watchdog_cycles - 100) / 2 ({(self.watchdog_cycles - 100) // 2}): a "
