@@ -17,6 +17,7 @@ import dataclasses
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,6 +28,32 @@ FABRICS = ("dsm", "mesh", "pcie")
 
 class UsageError(ValueError):
     """Bad command-line input; the message names the field and what is allowed."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line (``fabricsim: error: ...``,
+    exit status 2) rather than the usage text and the error."""
+
+    def error(self, message):
+        self.exit(2, f"fabricsim: error: {message} (see fabricsim --help)\n")
+
+
+def _writable_folder(path, what):
+    """Create folder ``path`` if needed and check that files can be written in it.
+
+    Raises
+    ------
+    UsageError
+        If it cannot be created or written; the message names ``what`` (the
+        option) and the folder.
+    """
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as error:
+        raise UsageError(f"{what} must be a folder fabricsim can write, not {str(path)!r} "
+                         f"({error.strerror or error})") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,7 +244,10 @@ def _cmd_run(args):
                                  else str(error)) from None
         parts = built
         jobs.append((fabric, name, fab, exp, parts))
+    # ... and so does a folder the results or the builds cannot be written to.
     results_dir = Path(args.results)
+    _writable_folder(results_dir, "--results")
+    _writable_folder(Path(args.build), "--build")
     failed = False
     verilog_of = {}
     for fabric, name, fab, exp, parts in jobs:
@@ -273,7 +303,12 @@ def _met(row):
 
 def _cmd_report(args):
     from sim.report import print_summary, write_report
-    path = write_report(Path(args.results))
+    try:
+        path = write_report(Path(args.results))
+    except (ValueError, OSError) as error:
+        if isinstance(error, FileNotFoundError):
+            raise
+        raise UsageError(str(error).replace("\n", " ")) from None
     print_summary(Path(args.results))
     print(f"report: {path}")
     return 0
@@ -281,7 +316,7 @@ def _cmd_report(args):
 
 def main(argv=None):
     """Entry point of the ``fabricsim`` command; returns the exit status."""
-    parser = argparse.ArgumentParser(prog="fabricsim", description=__doc__.split("\n\n")[0])
+    parser = _Parser(prog="fabricsim", description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", default="results", help="results folder (default: results)")
     parser.add_argument("--build", default="build", help="build folder (default: build)")
     sub = parser.add_subparsers(dest="command", required=True)

@@ -1,0 +1,153 @@
+"""Bad input across the three fabrics and the command line.
+
+Every case runs ``fabricsim`` as a user would (in-process, through
+:func:`sim.cli.main`) and expects exit status 2, one line on stderr that
+names the field and what is allowed, and nothing built or written: a bad
+request never leaves a result behind that could pass for a good one.
+"""
+
+import json
+
+import pytest
+
+from sim.cli import main
+
+#: (id, argv after the global options, the start of the message after "fabricsim: error: ").
+CASES = [
+    # --- the command line ----------------------------------------------------------
+    ("no-command", [], "the following arguments are required: command"),
+    ("unknown-command", ["frobnicate"], "argument command: invalid choice: 'frobnicate'"),
+    ("run-without-name", ["run"], "the following arguments are required: NAME"),
+    ("unknown-fabric", ["run", "nvlink"], "NAME must start with one of dsm, mesh, pcie"),
+    ("unknown-experiment", ["run", "dsm.nope"], "experiment must be one of one_way,"),
+    ("unknown-field", ["run", "pcie", "--set", "cluster_size=2"],
+     "--set field must be one of sockets,"),
+    ("unknown-field-all", ["run", "all", "--set", "nosuch=2"],
+     "--set field must be a field of dsm, mesh, pcie, not 'nosuch'"),
+    ("set-without-value", ["run", "dsm.one_way", "--set", "cluster_size"],
+     "--set takes FIELD=VALUE, not 'cluster_size'"),
+    ("unknown-simulator", ["run", "pcie.peer_copy", "--sim", "xsim"],
+     "sim must be one of verilator, icarus, not 'xsim'"),
+    ("unknown-flag", ["run", "dsm.one_way", "--fast"], "unrecognized arguments: --fast"),
+    # --- Hopper DSM (seed 000) -----------------------------------------------------
+    ("dsm-wrong-type", ["run", "dsm.one_way", "--set", "cluster_size=two"],
+     "cluster_size must be an integer"),
+    ("dsm-cluster-range", ["run", "dsm.one_way", "--set", "cluster_size=0"],
+     "cluster_size must be an integer from 1 to 16, not 0"),
+    ("dsm-placement-shared-slot", ["run", "dsm.one_way", "--set", "cluster_size=2",
+                                   "--set", "placement=0,0"],
+     "placement must be distinct slots"),
+    ("dsm-placement-no-slot", ["run", "dsm.one_way", "--set", "cluster_size=2",
+                               "--set", "placement=0,18"],
+     "placement must be slots from 0 to 17, not (0, 18)"),
+    ("dsm-flit-width", ["run", "dsm.one_way", "--set", "flit_bytes=24"],
+     "flit_bytes must be one of 16, 32, 64, not 24"),
+    ("dsm-no-plane", ["run", "dsm.one_way", "--set", "gx_planes=gx7"],
+     "gx_planes must be one of 'gx0,gx1', 'gx0', 'gx1'"),
+    ("dsm-one-size", ["run", "dsm.one_way", "--set", "payload_kib=0"],
+     "payload_kib must be at least two distinct sizes"),
+    ("dsm-shaper-ratio", ["run", "dsm.one_way", "--set", "shaper_flits=4",
+                          "--set", "shaper_cycles=3"],
+     "shaper_flits must be at most shaper_cycles (3), not 4"),
+    ("dsm-clock-text", ["run", "dsm.one_way", "--set", "sm_clock_ghz=fast"],
+     "sm_clock_ghz must be a number, not 'fast'"),
+    ("dsm-clock-range", ["run", "dsm.one_way", "--set", "sm_clock_ghz=-1"],
+     "sm_clock_ghz must be a clock in GHz between 0 and 10"),
+    # --- ET-SoC-1 mesh (seed 002) --------------------------------------------------
+    ("mesh-size", ["run", "mesh.round_trip", "--set", "mesh_cols=0"],
+     "mesh_cols must be an integer from 1 to 16, not 0"),
+    ("mesh-placement-shape", ["run", "mesh.round_trip", "--set", "placement=1,2,3"],
+     "placement must be pairs of x, y coordinates"),
+    ("mesh-clock", ["run", "mesh.round_trip", "--set", "minion_mhz=0"],
+     "minion_mhz must be a clock in MHz from 10 to 5000"),
+    ("mesh-flit-width", ["run", "mesh.round_trip", "--set", "flit_bytes=33"],
+     "flit_bytes must be one of 8, 16, 32, not 33"),
+    ("mesh-zero-credits", ["run", "mesh.round_trip", "--set", "link_buffer_flits=0"],
+     "link_buffer_flits must be an integer from 1 to 64, not 0"),
+    ("mesh-too-many-shires", ["run", "mesh.round_trip", "--set", "compute_shires=40"],
+     "compute_shires must be an integer from 1 to 32, not 40"),
+    ("mesh-neighbourhoods", ["run", "mesh.round_trip", "--set", "neighbourhoods=3"],
+     "neighbourhoods must be one of 1, 2, 4, not 3"),
+    # --- PCIe machine (seed 001) ---------------------------------------------------
+    ("pcie-mps-not-power-of-two", ["run", "pcie.peer_copy", "--set", "max_payload_bytes=200"],
+     "max_payload_bytes must be one of 128, 256, 512, 1024, 2048, 4096, not 200"),
+    ("pcie-mps-too-large", ["run", "pcie.peer_copy", "--set", "max_payload_bytes=8192"],
+     "max_payload_bytes must be one of 128, 256, 512, 1024, 2048, 4096, not 8192"),
+    ("pcie-width", ["run", "pcie.peer_copy", "--set", "lanes=3"],
+     "lanes must be one of 1, 2, 4, 8, 16, not 3"),
+    ("pcie-width-type", ["run", "pcie.peer_copy", "--set", "lanes=16.5"],
+     "lanes must be an integer"),
+    ("pcie-generation", ["run", "pcie.peer_copy", "--set", "generation=2"],
+     "generation must be one of 3, 4, 5, not 2"),
+    ("pcie-zero-data-credits", ["run", "pcie.peer_copy", "--set", "rx_data_credits=0"],
+     "rx_data_credits must be an integer from 2"),
+    ("pcie-zero-header-credits", ["run", "pcie.peer_copy", "--set", "rx_header_credits=0"],
+     "rx_header_credits must be an integer from 1"),
+    ("pcie-gpu-missing", ["run", "pcie.peer_copy", "--set", "gpus_per_switch=1"],
+     "sockets x switches_per_socket x gpus_per_switch must give at least 5 GPUs"),
+    ("pcie-chunk", ["run", "pcie.host_staged", "--set", "staging_chunk_bytes=3000"],
+     "staging_chunk_bytes must be a power of two from 4096"),
+    ("pcie-socket-bandwidth", ["run", "pcie.peer_copy", "--set", "socket_bytes_per_cycle=0"],
+     "socket_bytes_per_cycle must be an integer from 1 to 255, not 0"),
+]
+
+
+def _run(tmp_path, capsys, argv, results=None):
+    """Run ``fabricsim`` with its folders in ``tmp_path``; return (status, stderr)."""
+    results = results or tmp_path / "results"
+    full = ["--build", str(tmp_path / "build"), "--results", str(results), *argv]
+    try:
+        status = main(full)
+    except SystemExit as stop:      # argparse's own errors
+        status = stop.code
+    return status, capsys.readouterr().err
+
+
+def _assert_refused(status, err, message):
+    lines = err.strip().splitlines()
+    assert status == 2, err
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"fabricsim: error: {message}"), lines[0]
+
+
+@pytest.mark.parametrize("argv,message", [pytest.param(a, m, id=i) for i, a, m in CASES])
+def test_bad_input_is_refused_before_anything_is_built(tmp_path, capsys, argv, message):
+    status, err = _run(tmp_path, capsys, argv)
+    _assert_refused(status, err, message)
+    assert not (tmp_path / "build").exists() and not (tmp_path / "results").exists()
+
+
+def test_there_are_at_least_25_cases():
+    assert len(CASES) >= 25 and len({c[0] for c in CASES}) == len(CASES)
+
+
+def test_results_folder_that_cannot_be_written(tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n")
+    status, err = _run(tmp_path, capsys, ["run", "dsm.one_way"], results=blocker / "results")
+    _assert_refused(status, err, "--results must be a folder fabricsim can write")
+    assert not (tmp_path / "build").exists()
+
+
+def test_missing_simulator(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    status, err = _run(tmp_path, capsys, ["run", "dsm.one_way", "--sim", "icarus"])
+    _assert_refused(status, err, "sim 'icarus' needs Icarus Verilog")
+    assert not (tmp_path / "build").exists()
+
+
+def test_report_without_results(tmp_path, capsys):
+    status, err = _run(tmp_path, capsys, ["report"])
+    _assert_refused(status, err, "results directory")
+    assert not (tmp_path / "results").exists()
+
+
+def test_malformed_result_leaves_the_old_report(tmp_path, capsys):
+    results = tmp_path / "results"
+    (results / "pcie").mkdir(parents=True)
+    (results / "report.md").write_text("previous report\n")
+    (results / "pcie" / "peer_copy.json").write_text(json.dumps({"rows": 5}))
+    status, err = _run(tmp_path, capsys, ["report"])
+    _assert_refused(status, err, "")
+    assert "peer_copy.json" in err
+    assert (results / "report.md").read_text() == "previous report\n"
