@@ -195,6 +195,44 @@ def _top_public_control_file(build_dir: Path, toplevel: str) -> Path:
     return path
 
 
+_MODULE_HEAD = re.compile(r"^(module [^;]*;\n)", re.MULTILINE)
+_COMB_BLOCK = re.compile(r"^(\s*)always @\* begin\n", re.MULTILINE)
+_COMB_STATEMENT = re.compile(r"^(\s*)always @\*\n(\s+)([^\n]*;)$", re.MULTILINE)
+_WAKE = "fabricsim_wake"
+
+
+def wake_processes_at_time_zero(text: str) -> str:
+    """Make every ``always @*`` block of Yosys's Verilog run once at time zero
+    under Icarus.
+
+    An ``always @*`` block runs when one of the signals it reads changes.
+    One whose inputs never change (the logic of an idle SM, a field that is a
+    constant wire) would never run under Icarus and keep its outputs at X,
+    and the X spreads into counters and handshakes through the logic that
+    does run.  (Yosys's own remedy, a variable declared ``reg T = 0`` that
+    each block reads, does not help: Icarus makes that assignment before the
+    blocks start waiting.)  Every module gains a variable set to 1 with
+    ``#0`` delay, after all blocks at time zero have started waiting, and
+    every ``always @*`` block reads it, so each runs once at the start.
+    Verilator evaluates all logic at time zero anyway and gets the file
+    unchanged.
+    """
+    text = _MODULE_HEAD.sub(rf"\1  reg {_WAKE} = 0;\n  initial #0 {_WAKE} = 1;\n", text)
+    text = _COMB_BLOCK.sub(rf"\1always @* begin\n\1  if ({_WAKE}) begin end\n", text)
+    return _COMB_STATEMENT.sub(
+        rf"\1always @* begin\n\2if ({_WAKE}) begin end\n\2\3\n\1end", text)
+
+
+def _icarus_source(build_dir: Path, verilog: Path) -> Path:
+    """``verilog`` rewritten by :func:`wake_processes_at_time_zero` into
+    ``build_dir``, rewritten only when it changes."""
+    path = build_dir / verilog.name
+    text = wake_processes_at_time_zero(verilog.read_text())
+    if not path.is_file() or path.read_text() != text:
+        path.write_text(text)
+    return path
+
+
 class _TopPublicVerilator(Verilator):
     # cocotb makes every signal of every module public (--public-flat-rw).
     # On a 14k-line Amaranth design that tripled the generated C++ and cut
@@ -388,6 +426,8 @@ def run_cocotb(
         build_log = build_dir / "build.log"
         with _locked(build_dir):
             sources: list[Path] = [verilog]
+            if sim == "icarus":
+                sources = [_icarus_source(build_dir, verilog)]
             if sim == "verilator" and not internal:
                 sources.insert(0, _top_public_control_file(build_dir, toplevel))
             try:
