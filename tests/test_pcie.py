@@ -356,9 +356,8 @@ def experiment_result(tmp_path_factory):
 
 
 def _row_ids():
-    ref = pcie.reference()
-    for name in pcie.EXPERIMENTS:
-        for scenario, entry in ref[name].items():
+    for name, exp in pcie.EXPERIMENTS.items():
+        for scenario, entry in pcie.scenarios(exp).items():
             for src, dst in entry["pairs"]:
                 yield name, f"{scenario}: [{src},{dst}]"
 
@@ -375,6 +374,17 @@ SLOW = {"host_staged"}
 def test_row_meets_the_seed(experiment_result, name, quantity):
     row = next(r for r in experiment_result(name)["rows"] if r["quantity"].startswith(quantity))
     assert row_met(row), f"{quantity}: model {row['model']:.2f} vs {row['reference']}"
+
+
+def test_a_retrained_link_costs_bandwidth_in_proportion_and_loses_nothing(experiment_result):
+    """GPU 0's link at x8, x4 and Gen3 x16: the copy still checks out byte for
+    byte (analyse raises otherwise) and slows with the link's symbol rate."""
+    gbps = {r["quantity"].split(":")[0]: r["model"]
+            for r in experiment_result("link_faults")["rows"]}
+    full = gbps["as_trained"]
+    assert 0.4 < gbps["gpu0_x8"] / full < 0.6
+    assert 0.2 < gbps["gpu0_x4"] / full < 0.3
+    assert 0.4 < gbps["gpu0_gen3"] / full < 0.6
 
 
 def test_topology_shows_every_link(experiment_result):

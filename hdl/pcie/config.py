@@ -55,6 +55,13 @@ class PcieConfig(ConfigBase):
     # --- links (seed 001, "1. Introduction": 'PCIe 4.0 ... 16 lanes give 32 GB/s') ---
     generation: int = _run(4, f"{SEED}: 'PCIe 4.0 carries 16 GT/s per lane'")
     lanes: int = _run(16, f"{SEED}: 'GPUs on PCIe 4.0 x16'")
+    # --- a fault the hardware tolerates: one GPU's link trained below the rest ----
+    retrained_gpu: int = _run(-1, "GPU whose link to its switch trained narrower or at a "
+                                  "lower generation than the others; -1: none (not in the "
+                                  "seed)")
+    retrained_lanes: int = _run(8, "lanes of retrained_gpu's link (not in the seed)")
+    retrained_generation: int = _run(4, "PCIe generation of retrained_gpu's link (not in the "
+                                        "seed)")
     datapath_bytes: int = _hw(32, "bytes per cycle inside ports and switches: a Gen4 x16 "
                                   "port's 32 B per ns. The model's transmit datapath starts "
                                   "one TLP per beat, its framing and header in a beat of "
@@ -153,6 +160,11 @@ class PcieConfig(ConfigBase):
         one_of("generation", tuple(GT_PER_S))
         one_of("lanes", (1, 2, 4, 8, 16))
         one_of("datapath_bytes", (32, 64))
+        integer("retrained_gpu", -1, self.gpus - 1)
+        one_of("retrained_generation", tuple(GT_PER_S))
+        one_of("retrained_lanes", (1, 2, 4, 8, 16))
+        need("retrained_lanes", self.retrained_lanes * GT_PER_S[self.retrained_generation] // 8
+             <= self.datapath_bytes, "a link no faster than the datapath")
         need("lanes", self.link_bytes_per_cycle <= self.datapath_bytes,
              f"at most {self.datapath_bytes * 8 // GT_PER_S[self.generation]} at Gen"
              f"{self.generation} with datapath_bytes={self.datapath_bytes} (the link may "

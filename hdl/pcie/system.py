@@ -47,6 +47,8 @@ class SysReg(enum.IntEnum):
     HOST_BYTES = 11        #: root_host_bytes_per_cycle
     CHUNK_LOG2 = 12        #: log2 of staging_chunk_bytes
     EVENT_CYCLES = 13      #: host_event_cycles
+    RETRAIN = 14           #: retrained_gpu + 1 (0: none) | lane bytes << 8 | blocks per
+                           #: period << 16 | SKP cycles << 24, of the retrained link
 
 
 def system_registers(cfg):
@@ -62,7 +64,14 @@ def system_registers(cfg):
             SysReg.SOCKET_LATENCY: cfg.socket_latency_cycles,
             SysReg.HOST_BYTES: cfg.root_host_bytes_per_cycle,
             SysReg.CHUNK_LOG2: cfg.staging_chunk_bytes.bit_length() - 1,
-            SysReg.EVENT_CYCLES: cfg.host_event_cycles}
+            SysReg.EVENT_CYCLES: cfg.host_event_cycles,
+            SysReg.RETRAIN: _retrain_word(cfg)}
+
+
+def _retrain_word(cfg):
+    gt = GT_PER_S[cfg.retrained_generation]
+    return ((cfg.retrained_gpu + 1) | (cfg.retrained_lanes * gt // 8) << 8
+            | (gt // 2) << 16 | (128 // gt) << 24)
 
 
 #: Per-GPU counters, in address order.
@@ -140,7 +149,7 @@ class PcieSystem(wiring.Component):
         m = Module()
         cfg = self.cfg
         gps, sps = cfg.gpus_per_switch, cfg.switches_per_socket
-        wide = (SysReg.SKP_BLOCKS, SysReg.EVENT_CYCLES)
+        wide = (SysReg.SKP_BLOCKS, SysReg.EVENT_CYCLES, SysReg.RETRAIN)
         regs = {r: Signal(32 if r in wide else 8, name=f"reg_{r.name.lower()}")
                 for r in SysReg}
         with m.If(self.cfg_we & self.cfg_addr[8]):
@@ -158,10 +167,20 @@ class PcieSystem(wiring.Component):
         tx_depth = cfg.tx_queue_beats     # a link port's transmit queue, per class
         overflow = []
 
-        def new_link(name, a_credits, b_credits):
+        # the one GPU link that trained narrower or slower, if any
+        retrain = regs[SysReg.RETRAIN]
+        retrained = {**timing, "i_lane_bytes": retrain[8:16],
+                     "i_blocks_per_period": retrain[16:21], "i_skp_cycles": retrain[24:29]}
+
+        def new_link(name, a_credits, b_credits, gpu=None):
             link = PcieLink(cfg, a_credits=a_credits, b_credits=b_credits)
             m.submodules[name] = link
-            m.d.comb += [getattr(link, k).eq(v) for k, v in timing.items()]
+            if gpu is None:
+                m.d.comb += [getattr(link, k).eq(v) for k, v in timing.items()]
+            else:
+                slow = retrain[:5] == gpu + 1
+                m.d.comb += [getattr(link, k).eq(Mux(slow, retrained[k], v))
+                             for k, v in timing.items()]
             m.d.comb += link.i_latency.eq(regs[SysReg.LINK_LATENCY])
             overflow.append(link.o_overflow)
             return link
@@ -208,7 +227,7 @@ class PcieSystem(wiring.Component):
                          gpu.i_chunk_log2.eq(regs[SysReg.CHUNK_LOG2]),
                          gpu.i_event_cycles.eq(regs[SysReg.EVENT_CYCLES])]
             sw = switches[gpu_switch(cfg, g)]
-            link = new_link(f"gpu{g}_link", gpu.rx_beats, sw.in_credits)
+            link = new_link(f"gpu{g}_link", gpu.rx_beats, sw.in_credits, gpu=g)
             links[f"gpu{g}"] = link
             port = g % gps
             wiring.connect(m, gpu.o, link.a_i)

@@ -18,7 +18,7 @@ from sim.experiments import load_reference
 from sim.fit import error_pct, fit_affine
 
 __all__ = ["EXPERIMENTS", "Experiment", "ExperimentError", "build_runs", "plan", "analyse",
-           "check_run", "reference", "copy_run"]
+           "check_run", "reference", "copy_run", "scenarios"]
 
 FABRIC = "pcie"
 #: Bytes each pair copies in the sweep (steady state from the first).
@@ -41,7 +41,10 @@ class Experiment:
     ``tlp`` (a field of the configuration: ``max_payload_bytes`` for the copy
     engine, ``kernel_write_bytes`` or ``kernel_read_bytes`` for a kernel); a
     staged copy's chunk is the field ``chunk`` (``staging_chunk_bytes`` for the
-    seed's own double buffering, ``pageable_chunk_bytes`` for the driver's)."""
+    seed's own double buffering, ``pageable_chunk_bytes`` for the driver's).
+    ``scenarios``, if given, replaces the reference table: entries like the
+    table's, with ``values`` of ``None`` (no seed number: reported for
+    information) and ``set``, configuration fields that scenario changes."""
 
     name: str
     title: str
@@ -49,6 +52,7 @@ class Experiment:
     tlp: str
     notes: tuple = ()
     chunk: str = "staging_chunk_bytes"
+    scenarios: object = None
 
     def run_config(self, cfg):
         """``cfg`` with this experiment's staging chunk in
@@ -137,8 +141,10 @@ def copy_run(cfg, label, pairs, nbytes, tlp_bytes, meta=None, mode=GpuMode.PUSH)
             "bytes": nbytes, "expect": expect, "mode": int(mode), "meta": meta or {}}
 
 
-def _scenarios(exp):
-    return reference()[exp.name]
+def scenarios(exp):
+    """``{scenario: entry}`` of ``exp``: its own scenarios, or its seed
+    table in ``sim/reference/pcie.toml``."""
+    return exp.scenarios if exp.scenarios is not None else reference()[exp.name]
 
 
 def build_runs(cfg, exp):
@@ -154,15 +160,16 @@ def build_runs(cfg, exp):
     size = getattr(cfg, exp.tlp)
     sweep = exp.sweep(cfg)
     cfg = exp.run_config(cfg)
-    for name, entry in _scenarios(exp).items():
+    for name, entry in scenarios(exp).items():
         pairs = [tuple(p) for p in entry["pairs"]]
         need = max(max(p) for p in pairs) + 1
         if need > cfg.gpus:
             raise ValueError(f"sockets x switches_per_socket x gpus_per_switch must give at "
                              f"least {need} GPUs for {exp.name}'s {name} scenario, not "
                              f"{cfg.gpus}")
+        run_cfg = dataclasses.replace(cfg, **entry.get("set", {}))
         for nbytes in sweep:
-            runs.append(copy_run(cfg, f"{name}: {nbytes} B per pair", pairs, nbytes, size,
+            runs.append(copy_run(run_cfg, f"{name}: {nbytes} B per pair", pairs, nbytes, size,
                                  {"scenario": name}, exp.mode))
     return runs
 
@@ -259,8 +266,8 @@ def analyse(cfg, exp, runs, results, simulator):
         raise ExperimentError(f"{exp.name}: {len(results)} of {len(runs)} runs came back")
     for run, got in zip(runs, results):
         check_run(cfg, run, got)
-    ref = _scenarios(exp)
-    series, rows, scenarios = [], [], {}
+    ref = scenarios(exp)
+    series, rows, by_scenario = [], [], {}
     for name, entry in ref.items():
         mine = [(r, g) for r, g in zip(runs, results) if r["meta"]["scenario"] == name]
         got_bw = []
@@ -278,12 +285,15 @@ def analyse(cfg, exp, runs, results, simulator):
                            "points": [{"payload_bytes": p, "cycles": c} for p, c in points],
                            "fit": fit.to_json()})
             want = entry["values"][k]
-            rows.append({"quantity": f"{name}: [{src},{dst}] ({where})", "model": gbps,
-                         "reference": want, "unit": entry["unit"], "source": entry["source"],
-                         "error_pct": error_pct(gbps, want),
-                         "tolerance_pct": entry["tolerance_pct"],
-                         "target": f"within {entry['tolerance_pct']:g} %"})
-        scenarios[name] = {"pairs": entry["pairs"], "gb_per_s": got_bw}
+            row = {"quantity": f"{name}: [{src},{dst}] ({where})", "model": gbps,
+                   "reference": want, "unit": entry["unit"], "source": entry["source"]}
+            if want is None:
+                row["target"] = "information"
+            else:
+                row.update(error_pct=error_pct(gbps, want), tolerance_pct=entry["tolerance_pct"],
+                           target=f"within {entry['tolerance_pct']:g} %")
+            rows.append(row)
+        by_scenario[name] = {"pairs": entry["pairs"], "gb_per_s": got_bw}
     config = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
     notes = list(exp.notes)
     last = list(ref)[-1]
@@ -296,7 +306,7 @@ def analyse(cfg, exp, runs, results, simulator):
                                        f"{max(exp.sweep(cfg))} B per pair")
     return {"fabric": FABRIC, "experiment": exp.name, "title": exp.title,
             "simulator": simulator, "config": config, "series": series, "rows": rows,
-            "notes": notes, "scenarios": scenarios, **extra}
+            "notes": notes, "scenarios": by_scenario, **extra}
 
 
 _MECHANISM = (
@@ -375,6 +385,22 @@ _PAGEABLE = (
     "Not modelled: the seed's first consequence, that pageable copies of several pairs "
     "or iterations never run at once; the seed measures single pairs only.")
 
+def _retrained(lanes, generation):
+    return {"pairs": [[0, 1]], "values": [None], "unit": "GB/s",
+            "set": {"retrained_gpu": 0, "retrained_lanes": lanes,
+                    "retrained_generation": generation},
+            "source": f"not in the seed: GPU 0's link trained at Gen{generation} x{lanes}"}
+
+
+#: One peer copy from GPU 0 with its link trained as specified and as degraded.
+_LINK_FAULTS = {
+    "as_trained": {"pairs": [[0, 1]], "values": [None], "unit": "GB/s", "set": {},
+                   "source": "not in the seed: every link Gen4 x16, as peer_copy pair_same"},
+    "gpu0_x8": _retrained(8, 4),
+    "gpu0_x4": _retrained(4, 4),
+    "gpu0_gen3": _retrained(16, 3),
+}
+
 EXPERIMENTS = {e.name: e for e in (
     Experiment("peer_copy", "Peer access: cudaMemcpyAsync device to device (copy engine)",
                GpuMode.PUSH, "max_payload_bytes",
@@ -405,4 +431,13 @@ EXPERIMENTS = {e.name: e for e in (
     Experiment("pageable_copy", "Peer access off: cudaMemcpyAsync through pageable host memory",
                GpuMode.STAGED, "max_read_request_bytes", notes=_PAGEABLE,
                chunk="pageable_chunk_bytes"),
+    Experiment("link_faults", "Fault tolerated: one GPU link trained narrower or slower",
+               GpuMode.PUSH, "max_payload_bytes", scenarios=_LINK_FAULTS,
+               notes=("GPU 0's link to its switch trains at x8, x4 or Gen3 (retrained_gpu, "
+                      "retrained_lanes, retrained_generation) while every other link stays "
+                      "Gen4 x16; GPU 0 copies to GPU 1 with the copy engine as in peer_copy. "
+                      "Every byte still arrives, checked at the destination; the rows show "
+                      "the bandwidth the fault costs (no seed numbers: for information). "
+                      "The slow link's symbol rate falls with its width and rate, and its "
+                      "framing, DLLPs and SKP ordered sets take proportionally more of it.",)),
 )}
