@@ -14,7 +14,7 @@ PACKAGES := $(wildcard hdl/__init__.py sim/__init__.py testbenches/__init__.py)
 
 export FABRICSIM_SIM := $(SIM)
 
-.PHONY: venv report test soak clean
+.PHONY: venv report test soak prove clean
 
 venv: $(STAMP)
 
@@ -35,6 +35,11 @@ test: venv
 # pytest exits 5 when no test is marked slow; that is not a failure.
 soak: venv
 	$(BIN)/pytest -q -m slow || test $$? -eq 5
+
+# Bounded formal proofs of the arbiter, credit counter, shaper, ACK
+# coalescer, a GX plane and a mesh router; writes results/proofs.json.
+prove: venv
+	$(BIN)/python -m sim.prove
 
 clean:
 	rm -rf build results

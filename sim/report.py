@@ -911,6 +911,8 @@ def write_report(results_dir: Path) -> Path:
     lines += _md_table(["fabric", "experiment", "title", "rows met", "status"], summary)
     lines.append("")
 
+    lines += _verification_section(results_dir)
+
     current_fabric = None
     for result in results:
         if result.fabric != current_fabric:
@@ -923,6 +925,36 @@ def write_report(results_dir: Path) -> Path:
     report_path = results_dir / REPORT_NAME
     _write_atomic(report_path, ("\n".join(lines).rstrip() + "\n").encode("utf-8"))
     return report_path
+
+
+PROOFS_NAME = "proofs.json"
+
+
+def _verification_section(results_dir: Path) -> list[str]:
+    """The report's verification section: the bounded proofs of
+    ``results_dir / proofs.json`` (written by ``python -m sim.prove``), or a
+    line saying how to run them.
+
+    Raises
+    ------
+    ValueError
+        If the file is malformed; the message names the file and the key.
+    """
+    path = results_dir / PROOFS_NAME
+    lines = ["## Verification", ""]
+    if not path.is_file():
+        return lines + ["No bounded proofs in this folder: `make prove` writes them.", ""]
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))["rows"]
+        table = [[str(r["proof"]), str(r["block"]), str(r["property"]), str(int(r["depth"])),
+                  "✓" if r["passed"] is True else "✗"] for r in rows]
+    except (ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"{path}: not a proofs file ({type(error).__name__}: {error})") from None
+    passed = sum(row[-1] == "✓" for row in table)
+    lines += [f"Bounded proofs (Yosys SAT over the stated number of cycles from reset): "
+              f"{passed} / {len(table)} passed.", ""]
+    lines += _md_table(["proof", "block", "property", "depth (cycles)", "passed"], table)
+    return lines + [""]
 
 
 def print_summary(results_dir: Path, *, console: Console | None = None) -> bool:

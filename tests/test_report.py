@@ -307,3 +307,22 @@ def test_row_without_a_model_key_is_refused(tmp_path):
     _write(tmp_path, doc)
     with pytest.raises(ValueError, match=r"rows\[0\].*missing key 'model'"):
         load_results(tmp_path)
+
+
+def test_verification_section_lists_the_proofs(results):
+    report = write_report(results).read_text()
+    assert "## Verification" in report and "`make prove` writes them" in report
+    (results / "proofs.json").write_text(json.dumps({"rows": [
+        {"proof": "round_robin", "block": "RoundRobin", "property": "one grant", "depth": 12,
+         "passed": True, "seconds": 1.5},
+        {"proof": "shaper", "block": "InjectionShaper", "property": "ratio", "depth": 20,
+         "passed": False, "seconds": 2.0}]}))
+    report = write_report(results).read_text()
+    assert "1 / 2 passed" in report
+    assert "| round_robin | RoundRobin | one grant | 12 | ✓ |" in report
+
+
+def test_malformed_proofs_file_is_named(results):
+    (results / "proofs.json").write_text(json.dumps({"rows": [{"proof": "x"}]}))
+    with pytest.raises(ValueError, match="proofs.json: not a proofs file"):
+        write_report(results)
