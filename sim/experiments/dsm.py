@@ -332,8 +332,10 @@ def _plane_off_rows(cfg, fits, points):
     ref = reference()["one_way"]
     out = []
     for name, fit in fits.items():
-        out.append(_row(f"{name} B/cycle, GX1 off", fit.bytes_per_cycle, "B/cycle",
-                        ref.get(name.removeprefix("ring16_"))))
+        kind = name.removeprefix("gx0off_")
+        plane = "GX0" if kind != name else "GX1"
+        out.append(_row(f"{kind} B/cycle, {plane} off", fit.bytes_per_cycle, "B/cycle",
+                        ref.get(kind.removeprefix("ring16_"))))
         out[-1]["tolerance_pct"] = None
         out[-1]["target"] = "every byte delivered"
     return out
@@ -390,9 +392,12 @@ EXPERIMENTS = {e.name: e for e in (
     Experiment("isolated_pairs", "F: isolated source/target pairs, one-way TMA put at 64 KiB",
                tuple(Series(f"{a}->{b}", _one_way("tma"), 2, (64,)) for a, b in ISOLATED_PAIRS),
                _pairs_rows, fit=False),
-    Experiment("plane_off", "G: experiment A and the 16-SM ring with GX1 switched off",
+    Experiment("plane_off", "G: experiment A and the 16-SM ring with GX1 switched off, "
+               "and one-way TMA and the 16-SM ring with GX0 switched off",
                tuple(Series(k, _one_way(k), plane_enable=1) for k in ("load", "store", "tma"))
-               + (Series("ring16_tma", _ring(16), 16, plane_enable=1),),
+               + (Series("ring16_tma", _ring(16), 16, plane_enable=1),
+                  Series("gx0off_tma", _one_way("tma"), plane_enable=2),
+                  Series("gx0off_ring16_tma", _ring(16), 16, plane_enable=2)),
                _plane_off_rows),
 )}
 
