@@ -639,10 +639,21 @@ PROOFS = {p.name: p for p in (
           "no credit invented upstream, no flit sent downstream without a credit",
           10, lambda: GxPlaneHarness(credits=True),
           f"{HOPPER}: 'Ingress and Egress Are Organized Differently'"),
+    Proof("gx_plane_fair", "GxPlane(6x6, VOQ, depth=1), inputs 0 and 5, never stopping",
+          "with credits returned as soon as owed, any flit leaves within 7 cycles of "
+          "being sent, whatever the other input and the other VC send",
+          16, lambda: GxPlaneHarness(patience=7),
+          f"{HOPPER}: 'Ingress and Egress Are Organized Differently'"),
     Proof("mesh_router", "MeshRouter at (2, 2), depth=1, 2-cycle hop, LOCAL and SOUTH in",
           "any flit leaves once, unchanged, on its dimension-order port, within 6 cycles "
           "after injection stops; no buffer overflow",
           12, lambda: MeshRouterHarness(),
+          f"{ETSOC}: 'Where the shires are: a 6x6 mesh'"),
+    Proof("mesh_router_fair", "MeshRouter at (2, 2), depth=1, 2-cycle hop, LOCAL and SOUTH "
+          "in, never stopping",
+          "with credits returned as soon as owed, any flit leaves within 7 cycles of "
+          "being sent, whatever the other input and the other VC send",
+          18, lambda: MeshRouterHarness(patience=7),
           f"{ETSOC}: 'Where the shires are: a 6x6 mesh'"),
     Proof("mesh_router_credits", "MeshRouter at (2, 2), depth=1, 2-cycle hop, LOCAL and SOUTH in",
           "no credit invented upstream, no flit sent downstream without a credit",

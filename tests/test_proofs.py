@@ -8,7 +8,7 @@ no proof passes vacuously."""
 import json
 
 import pytest
-from amaranth import Module, Signal
+from amaranth import Array, Cat, Module, Signal
 
 from hdl.common.arbiter import RoundRobin
 from hdl.common.credit import CreditCounter
@@ -53,8 +53,34 @@ class DroppingGxPlane(GxPlane):
 
     def _outputs(self, m, heads):
         super()._outputs(m, heads)
-        with m.If(m.submodules.arb1.valid):
+        with m.If(m.submodules.vc_arb1.valid):
             m.d.sync += self.o[0].valid.eq(0)
+
+
+class SharedPointerGxPlane(GxPlane):
+    """Planted fault: each output has one round robin over every (input, VC)
+    head, its requests masked by the VC's credit, so grants to the other VC
+    move the pointer past a head waiting for credit, which can then wait
+    without bound."""
+
+    def _outputs(self, m, heads):
+        for o in range(self.n_out):
+            credits = CreditCounter(n_vc=self.n_vc, depth=self.out_credits)
+            arb = RoundRobin(len(heads))
+            m.submodules[f"credits{o}"] = credits
+            m.submodules[f"arb{o}"] = arb
+            m.d.comb += credits.i_return.eq(self.o[o].credit)
+            for k, (head, dest, v) in enumerate(heads):
+                m.d.comb += arb.requests[k].eq(head.valid & (dest == o) & credits.o_avail[v])
+            for v in range(self.n_vc):
+                m.d.comb += credits.i_take[v].eq(
+                    Cat(arb.grant[k] for k, h in enumerate(heads) if h[2] == v).any())
+            payloads = Array(h[0].payload.as_value() for h in heads)
+            m.d.sync += [self.o[o].valid.eq(arb.valid),
+                         self.o[o].flit.eq(payloads[arb.grant_index])]
+        for k, (head, _, _) in enumerate(heads):
+            m.d.comb += head.ready.eq(
+                Cat(m.submodules[f"arb{o}"].grant[k] for o in range(self.n_out)).any())
 
 
 @pytest.mark.parametrize("name", list(PROOFS))
@@ -68,6 +94,8 @@ def test_proof_passes(name):
     ("starving arbiter", lambda: RoundRobinHarness(3, arbiter=FixedPriority), 12),
     ("credit returned twice", lambda: CreditCounterHarness(counter=CreditReturnedTwice), 14),
     ("flit dropped in a GX plane", lambda: GxPlaneHarness(plane=DroppingGxPlane), 12),
+    ("GX plane output arbiter starving a credit-blocked VC",
+     lambda: GxPlaneHarness(plane=SharedPointerGxPlane, patience=7), 16),
 ])
 def test_planted_fault_is_caught(fault, harness, depth, tmp_path):
     assert not check(harness(), depth, name=fault, workdir=tmp_path).passed, fault
@@ -81,6 +109,8 @@ def test_planted_fault_is_caught(fault, harness, depth, tmp_path):
     ("ACKs sent within 6 quiet cycles", lambda: AckHarness(n_nodes=3, drain=6), 12),
     ("GX plane drains in 5 cycles", lambda: GxPlaneHarness(drain=5), 12),
     ("mesh router drains in 5 cycles", lambda: MeshRouterHarness(drain=5), 12),
+    ("GX plane serves any flit within 6 cycles", lambda: GxPlaneHarness(patience=6), 16),
+    ("mesh router serves any flit within 6 cycles", lambda: MeshRouterHarness(patience=6), 18),
 ])
 def test_stated_bound_is_tight(claim, harness, depth, tmp_path):
     assert not check(harness(), depth, name=claim, workdir=tmp_path).passed, claim

@@ -6,7 +6,7 @@ function, so arbitration, buffering, credits and performance counters are
 written once.
 """
 
-from amaranth import Array, Module, Mux, Signal
+from amaranth import Const, Module, Mux, Signal
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -20,11 +20,15 @@ class CreditSwitch(wiring.Component):
     """``n_in`` x ``n_out`` crossbar; one flit per output per cycle.
 
     Each input has one :class:`~hdl.common.credit.VcInputBuffer` (a FIFO per
-    VC).  Each output has a :class:`~hdl.common.arbiter.RoundRobin` over every
-    (input, VC) queue head that routes to it and for whose VC the output holds
-    a downstream credit, and an output register, so a flit spends two cycles
-    per hop (output register, then the next hop's input FIFO).  Arbitration is
-    per flit: flits carry their own address, so packets may interleave.
+    VC).  Each output allocates in two stages: a
+    :class:`~hdl.common.arbiter.RoundRobin` per VC over the (input, VC) queue
+    heads that route to it, then a round robin over the VCs for which the
+    output holds a downstream credit.  A VC's pointer moves only when that VC
+    is granted, so a requester waiting for credit is served within ``n_in``
+    grants of its VC once credit is back, however busy the other VC is.  An
+    output register follows, so a flit spends two cycles per hop (output
+    register, then the next hop's input FIFO).  Arbitration is per flit:
+    flits carry their own address, so packets may interleave.
 
     Parameters
     ----------
@@ -162,41 +166,59 @@ class CreditSwitch(wiring.Component):
             # Requesters of this output: every head whose route may name it.
             cands = [(r, h) for r, h in enumerate(heads)
                      if not isinstance(h[1], int) or h[1] == o]
+            n = len(cands)
             credits = CreditCounter(n_vc=self.n_vc, depth=self.out_credits)
-            arb = RoundRobin(len(cands))
             m.submodules[f"credits{o}"] = credits
-            m.submodules[f"arb{o}"] = arb
             m.d.comb += credits.i_return.eq(self.o[o].credit)
-            waiting = Signal(len(cands), name=f"waiting{o}")
-            allowed = [1] * len(cands)
+            waiting = Signal(n, name=f"waiting{o}")
+            grant = Signal(n, name=f"grant{o}")
+            allowed = Const((1 << n) - 1, n)
             if self.packets:
-                allowed = Signal(len(cands), name=f"allowed{o}")
                 # a packet in progress keeps the output until its last flit
                 locked = Signal(name=f"locked{o}")
-                holder = Signal(len(cands), name=f"holder{o}")
-                m.d.comb += allowed.eq(Mux(locked, holder, (1 << len(cands)) - 1))
-                payload_last = Array(h[0].payload.last for r, h in cands)[arb.grant_index]
-                with m.If(arb.valid):
-                    m.d.sync += [locked.eq(~payload_last), holder.eq(arb.grant)]
-            for k, (r, (head, dest, v)) in enumerate(cands):
-                # A virtual output queue's destination is a constant, a FIFO head's a signal.
-                wants = head.valid & (dest == o)
-                m.d.comb += [
-                    waiting[k].eq(wants),
-                    arb.requests[k].eq(wants & credits.o_avail[v] & allowed[k]),
-                ]
-                pop_terms[r].append(arb.grant[k])
+                holder = Signal(n, name=f"holder{o}")
+                allowed = Signal(n, name=f"allowed{o}")
+                m.d.comb += allowed.eq(Mux(locked, holder, (1 << n) - 1))
+                last = _any([grant[k] & h[0].payload.last for k, (r, h) in enumerate(cands)])
+                with m.If(grant.any()):
+                    m.d.sync += [locked.eq(~last), holder.eq(grant)]
+            # Two-stage allocation: a round robin per VC over that VC's
+            # requesters, then a round robin over the VCs that hold a credit.
+            # A VC's pointer moves only when that VC wins, so another VC's
+            # traffic never pushes it past a requester stalled for credit.
+            vc_arb = RoundRobin(self.n_vc)
+            m.submodules[f"vc_arb{o}"] = vc_arb
             for v in range(self.n_vc):
-                m.d.comb += credits.i_take[v].eq(
-                    _any([arb.grant[k] for k, (r, h) in enumerate(cands) if h[2] == v]))
-            payloads = Array(h[0].payload.as_value() for r, h in cands)
+                members = [k for k, (r, h) in enumerate(cands) if h[2] == v]
+                if not members:
+                    continue
+                arb = RoundRobin(len(members))
+                m.submodules[f"arb{o}_{v}"] = arb
+                for j, k in enumerate(members):
+                    head, dest, _ = cands[k][1]
+                    # A virtual output queue's destination is a constant, a FIFO head's a signal.
+                    wants = head.valid & (dest == o)
+                    m.d.comb += [
+                        waiting[k].eq(wants),
+                        arb.requests[j].eq(wants & allowed[k]),
+                        grant[k].eq(arb.grant[j] & vc_arb.grant[v]),
+                    ]
+                m.d.comb += [
+                    vc_arb.requests[v].eq(arb.valid & credits.o_avail[v]),
+                    arb.take.eq(vc_arb.grant[v]),
+                    credits.i_take[v].eq(vc_arb.grant[v]),
+                ]
+            for k, (r, h) in enumerate(cands):
+                pop_terms[r].append(grant[k])
+            # one-hot grant: the payload is the OR of the granted head's bits
+            flit = _any([Mux(grant[k], h[0].payload.as_value(), 0) for k, (r, h) in enumerate(cands)])
             m.d.sync += [
-                self.o[o].valid.eq(arb.valid),
-                self.o[o].flit.eq(payloads[arb.grant_index]),
+                self.o[o].valid.eq(vc_arb.valid),
+                self.o[o].flit.eq(flit),
             ]
-            with m.If(arb.valid):
+            with m.If(vc_arb.valid):
                 m.d.sync += self.o_flits[o].eq(self.o_flits[o] + 1)
-            with m.If((waiting & ~arb.grant).any()):
+            with m.If((waiting & ~grant).any()):
                 m.d.sync += self.o_stalls[o].eq(self.o_stalls[o] + 1)
         for r, (head, _, _) in enumerate(heads):
             m.d.comb += head.ready.eq(_any(pop_terms[r]))
