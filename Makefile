@@ -25,17 +25,23 @@ $(STAMP): pyproject.toml $(PACKAGES)
 	$(BIN)/pip install --disable-pip-version-check -q -e .
 	touch $@
 
-# The proofs run first so the report's verification section is current; a
-# failing proof still lets the report be written, then fails the target.
+# The proofs and the random traffic run first so the report's verification
+# section is current; a failure there still lets the report be written, then
+# fails the target.
 report: venv
 	@status=0; $(BIN)/python -m sim.prove || status=$$?; \
+	  $(BIN)/python -m sim.random_traffic || status=$$?; \
 	  $(BIN)/fabricsim run all && $(BIN)/fabricsim report && exit $$status
 
 test: venv
 	$(BIN)/pytest -q
 
-# pytest exits 5 when no test is marked slow; that is not a failure.
+# Random-traffic seeds 1..SOAK_SEEDS on every fabric and simulator (make
+# test runs seeds 1 and 2).  pytest exits 5 when no test is marked slow;
+# that is not a failure.
+SOAK_SEEDS ?= 30
 soak: venv
+	$(BIN)/pytest -q tests/test_random.py -k arrives_intact --seeds $(SOAK_SEEDS)
 	$(BIN)/pytest -q -m slow || test $$? -eq 5
 
 # Bounded formal proofs of the arbiter, credit counter, shaper, ACK

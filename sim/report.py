@@ -928,32 +928,58 @@ def write_report(results_dir: Path) -> Path:
 
 
 PROOFS_NAME = "proofs.json"
+RANDOM_NAME = "random.json"
 
 
 def _verification_section(results_dir: Path) -> list[str]:
     """The report's verification section: the bounded proofs of
-    ``results_dir / proofs.json`` (written by ``python -m sim.prove``), or a
-    line saying how to run them.
+    ``results_dir / proofs.json`` (written by ``python -m sim.prove``) and the
+    random traffic of ``results_dir / random.json`` (written by ``python -m
+    sim.random_traffic``), or a line for each saying how to run it.
 
     Raises
     ------
     ValueError
-        If the file is malformed; the message names the file and the key.
+        If a file is malformed; the message names the file and the key.
     """
-    path = results_dir / PROOFS_NAME
     lines = ["## Verification", ""]
+    path = results_dir / PROOFS_NAME
     if not path.is_file():
-        return lines + ["No bounded proofs in this folder: `make prove` writes them.", ""]
+        lines += ["No bounded proofs in this folder: `make prove` writes them.", ""]
+    else:
+        try:
+            rows = json.loads(path.read_text(encoding="utf-8"))["rows"]
+            table = [[str(r["proof"]), str(r["block"]), str(r["property"]),
+                      str(int(r["depth"])), "✓" if r["passed"] is True else "✗"] for r in rows]
+        except (ValueError, KeyError, TypeError) as error:
+            raise ValueError(f"{path}: not a proofs file ({type(error).__name__}: {error})") \
+                from None
+        passed = sum(row[-1] == "✓" for row in table)
+        lines += [f"Bounded proofs (Yosys SAT over the stated number of cycles from reset): "
+                  f"{passed} / {len(table)} passed.", ""]
+        lines += _md_table(["proof", "block", "property", "depth (cycles)", "passed"], table)
+        lines += [""]
+    path = results_dir / RANDOM_NAME
+    if not path.is_file():
+        return lines + ["No random-traffic results in this folder: "
+                        "`python -m sim.random_traffic` writes them.", ""]
     try:
         rows = json.loads(path.read_text(encoding="utf-8"))["rows"]
-        table = [[str(r["proof"]), str(r["block"]), str(r["property"]), str(int(r["depth"])),
-                  "✓" if r["passed"] is True else "✗"] for r in rows]
+        table = [[str(r["fabric"]), str(r["simulator"]),
+                  ", ".join(str(int(s)) for s in r["seeds"]), str(int(r["runs"])),
+                  str(int(r["transfers"])), str(int(r["checked_bytes"])),
+                  "✓" if r["passed"] is True else f"✗ ({len(r['failures'])} runs failed)"]
+                 for r in rows]
     except (ValueError, KeyError, TypeError) as error:
-        raise ValueError(f"{path}: not a proofs file ({type(error).__name__}: {error})") from None
+        raise ValueError(f"{path}: not a random-traffic file ({type(error).__name__}: {error})") \
+            from None
     passed = sum(row[-1] == "✓" for row in table)
-    lines += [f"Bounded proofs (Yosys SAT over the stated number of cycles from reset): "
-              f"{passed} / {len(table)} passed.", ""]
-    lines += _md_table(["proof", "block", "property", "depth (cycles)", "passed"], table)
+    lines += [f"Seeded constrained-random traffic (every byte, TLP payload or register checked "
+              f"at its destination): {passed} / {len(table)} fabric and simulator pairs "
+              f"passed. Transfers are DSM payloads, PCIe TLP payloads and ET-SoC-1 messages.",
+              ""]
+    lines += _md_table(["fabric", "simulator", "seeds", "runs", "transfers", "bytes checked",
+                        "passed"], table)
     return lines + [""]
 
 

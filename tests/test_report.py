@@ -326,3 +326,20 @@ def test_malformed_proofs_file_is_named(results):
     (results / "proofs.json").write_text(json.dumps({"rows": [{"proof": "x"}]}))
     with pytest.raises(ValueError, match="proofs.json: not a proofs file"):
         write_report(results)
+
+
+def test_verification_section_lists_the_random_traffic(results):
+    report = write_report(results).read_text()
+    assert "`python -m sim.random_traffic` writes them" in report
+    (results / "random.json").write_text(json.dumps({"rows": [
+        {"fabric": "dsm", "simulator": "verilator", "seeds": [1, 2], "runs": 6, "transfers": 31,
+         "checked_bytes": 123456, "failures": [], "passed": True},
+        {"fabric": "pcie", "simulator": "icarus", "seeds": [3], "runs": 3, "transfers": 9,
+         "checked_bytes": 4096, "failures": ["seed 3 run 0: lost"], "passed": False}]}))
+    report = write_report(results).read_text()
+    assert "1 / 2 fabric and simulator pairs passed" in report
+    assert "| dsm | verilator | 1, 2 | 6 | 31 | 123456 | ✓ |" in report
+    assert "| pcie | icarus | 3 | 3 | 9 | 4096 | ✗ (1 runs failed) |" in report
+    (results / "random.json").write_text(json.dumps({"rows": [{"fabric": "dsm"}]}))
+    with pytest.raises(ValueError, match="random.json: not a random-traffic file"):
+        write_report(results)

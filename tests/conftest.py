@@ -1,0 +1,18 @@
+"""Command-line options of the test suite."""
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("fabricsim")
+    group.addoption("--seeds", type=int, default=2, metavar="N",
+                    help="random-traffic seeds per fabric and simulator: 1 to N (default 2)")
+    group.addoption("--seed", type=int, action="append", default=[], metavar="S",
+                    help="run random traffic from seed S only (repeatable); overrides --seeds")
+
+
+def pytest_generate_tests(metafunc):
+    if "random_seeds" in metafunc.fixturenames:
+        config = metafunc.config
+        seeds = config.getoption("seed") or list(range(1, config.getoption("seeds") + 1))
+        metafunc.parametrize("random_seeds", [tuple(seeds)],
+                             ids=[f"seeds{seeds[0]}-{seeds[-1]}" if len(seeds) > 1
+                                  else f"seed{seeds[0]}"])
