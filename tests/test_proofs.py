@@ -70,7 +70,7 @@ class SharedPointerGxPlane(GxPlane):
             m.submodules[f"credits{o}"] = credits
             m.submodules[f"arb{o}"] = arb
             m.d.comb += credits.i_return.eq(self.o[o].credit)
-            for k, (head, dest, v) in enumerate(heads):
+            for k, (head, dest, v, _) in enumerate(heads):
                 m.d.comb += arb.requests[k].eq(head.valid & (dest == o) & credits.o_avail[v])
             for v in range(self.n_vc):
                 m.d.comb += credits.i_take[v].eq(
@@ -78,7 +78,7 @@ class SharedPointerGxPlane(GxPlane):
             payloads = Array(h[0].payload.as_value() for h in heads)
             m.d.sync += [self.o[o].valid.eq(arb.valid),
                          self.o[o].flit.eq(payloads[arb.grant_index])]
-        for k, (head, _, _) in enumerate(heads):
+        for k, (head, *_) in enumerate(heads):
             m.d.comb += head.ready.eq(
                 Cat(m.submodules[f"arb{o}"].grant[k] for o in range(self.n_out)).any())
 

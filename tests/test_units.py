@@ -170,3 +170,73 @@ def test_credit_switch_delivers_every_flit_once_under_back_pressure(voq):
     _run(dut, bench)
     want = sorted((i, d, n) for i in range(3) for d, _, n in sent[i])
     assert sorted(got) == want
+
+
+@pytest.mark.parametrize("voq", [False, True])
+def test_credit_switch_snapshot_names_full_buffers_dry_outputs_and_waits(voq):
+    """An output whose receiver never returns a credit (a planted fault) stalls
+    the flits bound for it; the snapshot, decoded by sim.stall, names the
+    buffer holding them, the output without credit and the wait."""
+    from hdl.common.switch import CreditSwitch
+    from sim.stall import Block, describe
+    layout = make_flit_layout(DsmConfig())
+    dut = CreditSwitch(flit_layout=layout, n_in=2, n_out=2, depth=4, out_credits=1,
+                       route=lambda m, flit, i: flit.dst[0], voq=voq)
+    got = {}
+
+    async def bench(ctx):
+        # input 0: three request flits to output 1; input 1: one response flit to output 0
+        for n, (i, dst, vc) in enumerate([(0, 1, VC.REQ), (0, 1, VC.REQ), (0, 1, VC.REQ),
+                                          (1, 0, VC.RSP)]):
+            ctx.set(dut.i[i].valid, 1)
+            ctx.set(dut.i[i].flit.dst, dst)
+            ctx.set(dut.i[i].flit.vc, vc)
+            ctx.set(dut.i[i].flit.addr, n)
+            await ctx.tick()
+            ctx.set(dut.i[i].valid, 0)
+        for _ in range(10):      # output 0 returns its credit, output 1 never does
+            ctx.set(dut.o[0].credit, ctx.get(dut.o[0].valid) << VC.RSP)
+            await ctx.tick()
+        got["occupied"] = ctx.get(dut.o_occupied)
+        got["no_credit"] = ctx.get(dut.o_no_credit)
+        for i in range(2):
+            got[f"in{i}.wants"] = ctx.get(dut.o_wants[i])
+
+    _run(dut, bench)
+    counters = {f"sw.{k}": v for k, v in got.items()}
+    assert describe(counters, [Block("sw", ("in0", "in1"), ("out0", "out1"), ("req", "rsp"))]) \
+        == ["sw: buffers holding flits in0.req; outputs without credit out1.req; "
+            "waiting in0.req -> out1 (no credit)"]
+    assert describe({k: 0 for k in counters}, [Block("sw", ("a",), ("b",), ("v",))]) == []
+
+
+def test_watchdog_fires_after_limit_idle_cycles_and_never_while_traffic_moves():
+    from hdl.common.watchdog import Watchdog
+    dut = Watchdog(5)
+    seen = {}
+
+    async def bench(ctx):
+        ctx.set(dut.i_clear, 1)
+        await ctx.tick()
+        ctx.set(dut.i_clear, 0)
+        ctx.set(dut.i_active, 1)
+        for n in range(41):              # progress every fourth cycle: never stuck
+            ctx.set(dut.i_progress, n % 4 == 0)
+            await ctx.tick()
+            assert not ctx.get(dut.o_stuck)
+        ctx.set(dut.i_progress, 0)
+        for n in range(1, 8):
+            await ctx.tick()
+            if ctx.get(dut.o_stuck):
+                seen.setdefault("stuck_after", n)
+        seen["cycles"] = ctx.get(dut.o_cycles)
+        ctx.set(dut.i_clear, 1)
+        await ctx.tick()
+        seen["cleared"] = (ctx.get(dut.o_stuck), ctx.get(dut.o_cycles), ctx.get(dut.o_idle))
+
+    _run(dut, bench)
+    assert seen["stuck_after"] == 5
+    assert seen["cycles"] == 41 + 5      # counted while active and not stuck
+    assert seen["cleared"] == (0, 0, 0)
+    with pytest.raises(ValueError, match="limit must be a positive integer"):
+        Watchdog(0)

@@ -69,6 +69,12 @@ class CreditSwitch(wiring.Component):
         no credit) since reset.
     o_occupied : Out(n_in * n_vc)
         Bit ``i * n_vc + v``: input ``i``'s VC ``v`` queue is not empty.
+    o_no_credit : Out(n_out * n_vc)
+        Bit ``o * n_vc + v``: output ``o`` holds no credit for VC ``v``.
+    o_wants : Out(n_out * n_vc).array(n_in)
+        Bit ``v * n_out + o`` of element ``i``: a flit of VC ``v`` at input
+        ``i`` waits for output ``o`` this cycle.  With ``o_occupied`` and
+        ``o_no_credit`` this is the switch's part of a stall snapshot.
     o_overflow : Out(1)
         Sticky: some input buffer overflowed (credit protocol broken).
 
@@ -98,6 +104,8 @@ class CreditSwitch(wiring.Component):
             "o_flits": Out(32).array(n_out),
             "o_stalls": Out(32).array(n_out),
             "o_occupied": Out(n_in * n_vc),
+            "o_no_credit": Out(n_out * n_vc),
+            "o_wants": Out(n_out * n_vc).array(n_in),
             "o_overflow": Out(1),
         })
 
@@ -129,7 +137,7 @@ class CreditSwitch(wiring.Component):
                     head = stream.Signature(self.flit_layout).create(path=(f"voq{i}_{v}_{o}",))
                     m.d.comb += [head.payload.eq(queue.r_data), head.valid.eq(queue.r_rdy),
                                  queue.r_en.eq(head.ready)]
-                    heads.append((head, o, v))
+                    heads.append((head, o, v, i))
                     pops.append(queue.r_rdy & head.ready)
                     occupied.append(queue.r_rdy)
                     flag = Signal(name=f"overflow{i}_{v}_{o}")
@@ -146,7 +154,7 @@ class CreditSwitch(wiring.Component):
         return heads, overflow
 
     def _fifo_inputs(self, m):
-        heads = []      # per requester: (stream, destination index, vc)
+        heads = []      # per requester: (stream, destination index, vc, input)
         overflow = []
         for i in range(self.n_in):
             buf = VcInputBuffer(flit_layout=self.flit_layout, depth=self.depth, n_vc=self.n_vc)
@@ -157,7 +165,7 @@ class CreditSwitch(wiring.Component):
                 dest = Signal(range(max(self.n_out, 2)), name=f"dest_{i}_{v}")
                 m.d.comb += dest.eq(self.route(m, buf.o[v].payload, i))
                 m.d.comb += self.o_occupied[i * self.n_vc + v].eq(buf.o_occupied[v])
-                heads.append((buf.o[v], dest, v))
+                heads.append((buf.o[v], dest, v, i))
         return heads, overflow
 
     def _outputs(self, m, heads):
@@ -170,6 +178,8 @@ class CreditSwitch(wiring.Component):
             credits = CreditCounter(n_vc=self.n_vc, depth=self.out_credits)
             m.submodules[f"credits{o}"] = credits
             m.d.comb += credits.i_return.eq(self.o[o].credit)
+            for v in range(self.n_vc):
+                m.d.comb += self.o_no_credit[o * self.n_vc + v].eq(~credits.o_avail[v])
             waiting = Signal(n, name=f"waiting{o}")
             grant = Signal(n, name=f"grant{o}")
             allowed = Const((1 << n) - 1, n)
@@ -195,11 +205,12 @@ class CreditSwitch(wiring.Component):
                 arb = RoundRobin(len(members))
                 m.submodules[f"arb{o}_{v}"] = arb
                 for j, k in enumerate(members):
-                    head, dest, _ = cands[k][1]
+                    head, dest, _, i = cands[k][1]
                     # A virtual output queue's destination is a constant, a FIFO head's a signal.
                     wants = head.valid & (dest == o)
                     m.d.comb += [
                         waiting[k].eq(wants),
+                        self.o_wants[i][v * self.n_out + o].eq(wants),
                         arb.requests[j].eq(wants & allowed[k]),
                         grant[k].eq(arb.grant[j] & vc_arb.grant[v]),
                     ]
@@ -220,7 +231,7 @@ class CreditSwitch(wiring.Component):
                 m.d.sync += self.o_flits[o].eq(self.o_flits[o] + 1)
             with m.If((waiting & ~grant).any()):
                 m.d.sync += self.o_stalls[o].eq(self.o_stalls[o] + 1)
-        for r, (head, _, _) in enumerate(heads):
+        for r, (head, *_) in enumerate(heads):
             m.d.comb += head.ready.eq(_any(pop_terms[r]))
 
 

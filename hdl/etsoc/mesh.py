@@ -21,6 +21,7 @@ from ..common.cdc import LinkCdc
 from ..common.credit import CreditLink, LinkDelay, LinkPipeline
 from ..common.flit import flit_layout
 from ..common.switch import CreditSwitch
+from ..common.watchdog import Watchdog
 from .config import MeshConfig
 from .shire import Shire
 
@@ -94,6 +95,14 @@ class MeshRouter(wiring.Component):
         Output links, indexed by :class:`Port`.
     o_flits, o_stalls : Out(32).array(5)
         Flits sent and stall cycles per output (mesh cycles).
+    o_occupied : Out(10)
+        Bit ``port * 2 + vc``: that input buffer holds a flit.
+    o_no_credit : Out(10)
+        Bit ``port * 2 + vc``: that output holds no credit.
+    o_wants : Out(10).array(5)
+        Bit ``vc * 5 + out`` of element ``port``: a flit of VC ``vc`` at input
+        ``port`` waits for output ``out`` (the stall snapshot of
+        :class:`~hdl.common.switch.CreditSwitch`).
     o_overflow : Out(1)
         Sticky: a buffer overflowed (credit protocol broken).
     """
@@ -105,6 +114,7 @@ class MeshRouter(wiring.Component):
         super().__init__({
             "i": In(link).array(5), "o": Out(link).array(5),
             "o_flits": Out(32).array(5), "o_stalls": Out(32).array(5), "o_overflow": Out(1),
+            "o_occupied": Out(10), "o_no_credit": Out(10), "o_wants": Out(10).array(5),
         })
 
     def elaborate(self, platform):
@@ -142,8 +152,11 @@ class MeshRouter(wiring.Component):
             wiring.connect(m, switch.o[p], pipe.i)
             wiring.connect(m, pipe.o, wiring.flipped(self.o[p]))
             m.d.comb += [self.o_flits[p].eq(switch.o_flits[p]),
-                         self.o_stalls[p].eq(switch.o_stalls[p])]
-        m.d.comb += self.o_overflow.eq(switch.o_overflow)
+                         self.o_stalls[p].eq(switch.o_stalls[p]),
+                         self.o_wants[p].eq(switch.o_wants[p])]
+        m.d.comb += [self.o_overflow.eq(switch.o_overflow),
+                     self.o_occupied.eq(switch.o_occupied),
+                     self.o_no_credit.eq(switch.o_no_credit)]
         return m
 
 
@@ -160,11 +173,18 @@ def counter_names(cfg):
     received and not yet taken.
     ``ready_from`` / ``blocked_ready`` are ``{valid, source[9:0]}``;
     ``tx_sum`` / ``rx_sum`` are :func:`~hdl.etsoc.engine.flit_sum` totals.
+    ``router_<x>_<y>.occupied``, ``.no_credit`` and ``.in<port>.wants`` are
+    the router's stall snapshot (see :class:`MeshRouter`), sampled from the
+    mesh clock domain: read them only once the mesh has stopped moving.
     """
     names = ["cycles", "stuck", "idle_cycles", "overflow"]
     for s in range(cfg.compute_shires):
         for k in range(cfg.minions_per_shire):
             names += [f"s{s}.m{k}.{c}" for c in ENGINE_COUNTERS]
+    for y in range(cfg.mesh_rows):
+        for x in range(cfg.mesh_cols):
+            names += [f"router_{x}_{y}.occupied", f"router_{x}_{y}.no_credit"]
+            names += [f"router_{x}_{y}.in{p}.wants" for p in range(len(Port))]
     return names
 
 
@@ -301,32 +321,28 @@ class EtSocMesh(wiring.Component):
 
         # --- watchdog -----------------------------------------------------
         running = Signal()
-        idle = Signal(32)
-        progress = Cat(*(e.o_progress for e in engines)).any()
         with m.If(self.ctl_init):
-            m.d.sync += [running.eq(0), self.stuck.eq(0), idle.eq(0)]
+            m.d.sync += running.eq(0)
         with m.Elif(self.ctl_start):
-            m.d.sync += [running.eq(1), idle.eq(0)]
-        with m.Elif(running & ~self.done & ~self.stuck):
-            with m.If(progress):
-                m.d.sync += idle.eq(0)
-            with m.Elif(idle >= cfg.watchdog_cycles):
-                m.d.sync += self.stuck.eq(1)
-            with m.Else():
-                m.d.sync += idle.eq(idle + 1)
-        run_cycles = Signal(32)
-        with m.If(self.ctl_start):
-            m.d.sync += run_cycles.eq(0)
-        with m.Elif(running & ~self.done & ~self.stuck):
-            m.d.sync += run_cycles.eq(run_cycles + 1)
+            m.d.sync += running.eq(1)
+        m.submodules.watchdog = watchdog = Watchdog(cfg.watchdog_cycles)
+        m.d.comb += [watchdog.i_clear.eq(self.ctl_init | self.ctl_start),
+                     watchdog.i_active.eq(running & ~self.done),
+                     watchdog.i_progress.eq(Cat(*(e.o_progress for e in engines)).any()),
+                     self.stuck.eq(watchdog.o_stuck)]
 
         # --- counters -------------------------------------------------------
-        values = [run_cycles, self.stuck, idle, Cat(*overflow).any()]
+        values = [watchdog.o_cycles, self.stuck, watchdog.o_idle, Cat(*overflow).any()]
         for e in engines:
             values += [e.o_tx_msgs, e.o_rx_msgs, e.o_first_rx, e.o_last_rx, e.o_checksum,
                        e.o_errors, e.o_ready_from, e.o_blocked_ready,
                        Cat(e.o_done, e.o_init_done, e.o_verify_done, e.o_sleeping,
                            Const(0, 4), e.o_credits), e.o_tx_sum, e.o_rx_sum]
+        for y in range(cfg.mesh_rows):
+            for x in range(cfg.mesh_cols):
+                router = routers[x, y]
+                values += [router.o_occupied, router.o_no_credit, *router.o_wants]
+        assert len(values) == len(counter_names(cfg))
         with m.Switch(self.rd_addr):
             for i, v in enumerate(values):
                 with m.Case(i):

@@ -14,12 +14,14 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..common.flit import flit_layout
+from ..common.watchdog import Watchdog
 from .config import DsmConfig, cpc_of, eg_of, slot_of, tpc_of
 from .endpoint import SmEndpoint
 from .fabric import GpcarbEgress, GpcarbIngress, Gpcmmu, GxPlane, TpcArb
 from .shaper import InjectionShaper
 
-__all__ = ["Gpc", "GpcReg", "counter_names", "make_flit_layout", "gpc_registers", "GLOBAL_SLOT"]
+__all__ = ["Gpc", "GpcReg", "counter_names", "switch_blocks", "make_flit_layout", "gpc_registers",
+           "GLOBAL_SLOT"]
 
 GLOBAL_SLOT = 31  #: ``cfg_addr`` slot field of the GPC-wide registers (:class:`GpcReg`)
 
@@ -82,20 +84,29 @@ def counter_names(cfg):
 
     ``sm<s>.state`` packs, low bit first: local_done, released, busy,
     arrival queue occupied (request VC, response VC), overflow.
-    ``<block>.occupied`` has one bit per (input, VC) queue not empty.
+    ``<block>.occupied`` has one bit per (input, VC) queue not empty,
+    ``<block>.no_credit`` one per (output, VC) without a credit, and
+    ``<block>.in<i>.wants`` one per (VC, output) its input ``i`` waits for
+    (see :class:`~hdl.common.switch.CreditSwitch`).
     """
     names = ["cycles", "stuck", "idle_cycles", "overflow"]
     for s in range(cfg.n_slots):
         names += [f"sm{s}.{c}" for c in SM_COUNTERS]
-    blocks = ([(f"tpcarb{t}", 2) for t in range(cfg.cpcs * cfg.tpcs_per_cpc)]
-              + [(f"ig{c}", 4) for c in range(cfg.cpcs)]
-              + [(f"gx{p}", 2 * cfg.cpcs) for p in range(2)]
-              + [(f"eg{e}", cfg.tpcs_per_cpc) for e in range(2 * cfg.cpcs)])
-    for block, n_out in blocks:
+    for block, n_in, n_out in switch_blocks(cfg):
         for o in range(n_out):
             names += [f"{block}.o{o}.flits", f"{block}.o{o}.stalls"]
-        names.append(f"{block}.occupied")
+        names += [f"{block}.occupied", f"{block}.no_credit"]
+        names += [f"{block}.in{i}.wants" for i in range(n_in)]
     return names
+
+
+def switch_blocks(cfg):
+    """``[(name, n_in, n_out)]`` of the GPC's switches, in counter order."""
+    return ([(f"tpcarb{t}", cfg.sms_per_tpc, cfg.sms_per_tpc)
+             for t in range(cfg.cpcs * cfg.tpcs_per_cpc)]
+            + [(f"ig{c}", cfg.tpcs_per_cpc * cfg.sms_per_tpc, 4) for c in range(cfg.cpcs)]
+            + [(f"gx{p}", 2 * cfg.cpcs, 2 * cfg.cpcs) for p in range(2)]
+            + [(f"eg{e}", 2, cfg.tpcs_per_cpc) for e in range(2 * cfg.cpcs)])
 
 
 class Gpc(wiring.Component):
@@ -208,6 +219,9 @@ class Gpc(wiring.Component):
                 counters[f"{name}.o{o}.flits"] = block.o_flits[o]
                 counters[f"{name}.o{o}.stalls"] = block.o_stalls[o]
             counters[f"{name}.occupied"] = block.o_occupied
+            counters[f"{name}.no_credit"] = block.o_no_credit
+            for i in range(block.n_in):
+                counters[f"{name}.in{i}.wants"] = block.o_wants[i]
 
         switches = []
         tpcarbs = []
@@ -266,23 +280,15 @@ class Gpc(wiring.Component):
             self.verify_done.eq(Cat(*(sm.o_verify_done for sm in sms)).all()),
             self.done.eq(running & Cat(*(sm.o_released for sm in sms)).all()),
         ]
-        cycles = Signal(32)
-        idle = Signal(32)
+        m.submodules.watchdog = watchdog = Watchdog(cfg.watchdog_cycles)
         progress = Cat(*(sh.o.valid for sh in shapers), *(sm.o_busy for sm in sms),
                        *(eg.o[t].valid for eg in egs for t in range(eg.n_out))).any()
         overflow = Cat(*(sw.o_overflow for sw in switches), *(sm.o_overflow for sm in sms)).any()
-        with m.If(self.ctl_init):
-            m.d.sync += [cycles.eq(0), idle.eq(0), self.stuck.eq(0)]
-        with m.Elif(running & ~self.done & ~self.stuck):
-            m.d.sync += cycles.eq(cycles + 1)
-            with m.If(progress):
-                m.d.sync += idle.eq(0)
-            with m.Else():
-                m.d.sync += idle.eq(idle + 1)
-                with m.If(idle + 1 >= cfg.watchdog_cycles):
-                    m.d.sync += self.stuck.eq(1)
-        counters.update({"cycles": cycles, "stuck": self.stuck, "idle_cycles": idle,
-                         "overflow": overflow})
+        m.d.comb += [watchdog.i_clear.eq(self.ctl_init | self.ctl_start),
+                     watchdog.i_active.eq(running & ~self.done),
+                     watchdog.i_progress.eq(progress), self.stuck.eq(watchdog.o_stuck)]
+        counters.update({"cycles": watchdog.o_cycles, "stuck": self.stuck,
+                         "idle_cycles": watchdog.o_idle, "overflow": overflow})
 
         names = counter_names(cfg)
         assert sorted(names) == sorted(counters), set(names) ^ set(counters)

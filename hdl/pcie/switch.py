@@ -86,6 +86,13 @@ class Crossbar(wiring.Component):
     o : Out(CreditLink(tlp_layout(cfg), 3)).array(ports)
     i_latency : In(8)
         Cycles every TLP beat spends crossing (``switch_latency_cycles``).
+    o_occupied, o_no_credit : Out(ports * 3)
+        Bit ``port * 3 + class``: that input buffer holds a beat; that output
+        holds no credit (the stall snapshot of
+        :class:`~hdl.common.switch.CreditSwitch`).
+    o_wants : Out(ports * 3).array(ports)
+        Bit ``class * ports + out`` of element ``port``: a beat of that class
+        at input ``port`` waits for output ``out``.
     o_overflow : Out(1)
         Sticky: a buffer overflowed.
     """
@@ -97,7 +104,9 @@ class Crossbar(wiring.Component):
         self.out_credits = out_credits
         link = CreditLink(tlp_layout(cfg), N_FC)
         super().__init__({"i": In(link).array(ports), "o": Out(link).array(ports),
-                          "i_latency": In(8), "o_overflow": Out(1)})
+                          "i_latency": In(8), "o_overflow": Out(1),
+                          "o_occupied": Out(ports * N_FC), "o_no_credit": Out(ports * N_FC),
+                          "o_wants": Out(ports * N_FC).array(ports)})
 
     @property
     def in_credits(self):
@@ -113,6 +122,8 @@ class Crossbar(wiring.Component):
                             route=lambda m, flit, i: self.port_of(flit.dst), depth=depth,
                             out_credits=self.out_credits, n_vc=N_FC, packets=True)
         m.submodules.core = core
+        m.d.comb += [self.o_occupied.eq(core.o_occupied), self.o_no_credit.eq(core.o_no_credit)]
+        m.d.comb += [self.o_wants[p].eq(core.o_wants[p]) for p in range(self.ports)]
         overflow = [core.o_overflow]
         for p in range(self.ports):
             pipe = LinkDelay(flit_layout=layout, capacity=N_FC * depth, n_vc=N_FC)

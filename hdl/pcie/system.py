@@ -16,6 +16,7 @@ from amaranth import Array, Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from ..common.watchdog import Watchdog
 from .config import GT_PER_S, gpu_switch
 from .gpu import GpuEndpoint
 from .host import HostMemory
@@ -24,7 +25,7 @@ from .switch import Crossbar, RootPort, SocketLink
 from .tlp import HOST_NODE
 
 __all__ = ["SysReg", "GLOBAL", "PcieSystem", "system_registers", "counter_names",
-           "GPU_COUNTERS", "HOST_COUNTERS", "link_names"]
+           "GPU_COUNTERS", "HOST_COUNTERS", "link_names", "crossbars"]
 
 #: ``cfg_addr`` bit selecting the machine-wide registers (:class:`SysReg`).
 GLOBAL = 1 << 8
@@ -98,7 +99,10 @@ def counter_names(cfg):
     ``dllp_beats``.  Per socket-link direction (``socket<a><b>``): ``busy``
     cycles.  Per host memory (``host<k>``): payload bytes written in
     (``rx_bytes``) and read out (``tx_bytes``), ``errors``.  Per root port
-    (``sw<s>.host_busy``): cycles it owed host-memory time.
+    (``sw<s>.host_busy``): cycles it owed host-memory time.  Per switch
+    (``switch<s>``) and root complex (``root<k>``): the stall snapshot
+    ``occupied``, ``no_credit`` and ``in<port>.wants`` (see
+    :class:`~hdl.pcie.switch.Crossbar`).
     """
     names = ["cycles", "stuck", "overflow"]
     for g in range(cfg.gpus):
@@ -111,7 +115,17 @@ def counter_names(cfg):
     for k in range(cfg.sockets):
         names += [f"host{k}.{c}" for c in HOST_COUNTERS]
     names += [f"sw{s}.host_busy" for s in range(cfg.switches)]
+    for block, ports in crossbars(cfg):
+        names += [f"{block}.occupied", f"{block}.no_credit"]
+        names += [f"{block}.in{p}.wants" for p in range(ports)]
     return names
+
+
+def crossbars(cfg):
+    """``[(name, ports)]`` of the machine's switches and root complexes."""
+    sps, gps = cfg.switches_per_socket, cfg.gpus_per_switch
+    return ([(f"switch{s}", gps + 1) for s in range(cfg.switches)]
+            + [(f"root{k}", sps + 2) for k in range(cfg.sockets)])
 
 
 class PcieSystem(wiring.Component):
@@ -277,21 +291,15 @@ class PcieSystem(wiring.Component):
         m.d.comb += self.done.eq(Cat(*(g.o_done for g in gpus)).all())
         # --- watchdog -----------------------------------------------------
         running = Signal()
-        idle = Signal(32)
-        run_cycles = Signal(32)
-        progress = Cat(*(g.o_progress for g in gpus + hosts)).any()
         with m.If(self.ctl_start):
-            m.d.sync += [running.eq(1), self.stuck.eq(0), idle.eq(0), run_cycles.eq(0)]
-        with m.Elif(running & ~self.done & ~self.stuck):
-            m.d.sync += run_cycles.eq(run_cycles + 1)
-            with m.If(progress):
-                m.d.sync += idle.eq(0)
-            with m.Elif(idle >= cfg.watchdog_cycles):
-                m.d.sync += self.stuck.eq(1)
-            with m.Else():
-                m.d.sync += idle.eq(idle + 1)
+            m.d.sync += running.eq(1)
+        m.submodules.watchdog = watchdog = Watchdog(cfg.watchdog_cycles)
+        m.d.comb += [watchdog.i_clear.eq(self.ctl_start),
+                     watchdog.i_active.eq(running & ~self.done),
+                     watchdog.i_progress.eq(Cat(*(g.o_progress for g in gpus + hosts)).any()),
+                     self.stuck.eq(watchdog.o_stuck)]
 
-        values = [run_cycles, self.stuck, Cat(*overflow).any()]
+        values = [watchdog.o_cycles, self.stuck, Cat(*overflow).any()]
         for g in gpus:
             values += [g.o_tx_bytes, g.o_rx_bytes, g.o_first_tx, g.o_last_tx, g.o_first_rx,
                        g.o_last_rx, g.o_errors, g.o_done]
@@ -303,6 +311,9 @@ class PcieSystem(wiring.Component):
         for host in hosts:
             values += [host.o_rx_bytes, host.o_tx_bytes, host.o_errors]
         values += [rp.o_host_busy for rp in root_ports]
+        for xbar in switches + roots:
+            values += [xbar.o_occupied, xbar.o_no_credit, *xbar.o_wants]
+        assert len(values) == len(counter_names(cfg))
         with m.Switch(self.rd_addr):
             for i, v in enumerate(values):
                 with m.Case(i):

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from hdl.hopper.config import DsmConfig
 from hdl.hopper.endpoint import CheckReg, GlobalReg, N_CHECKS, N_STREAMS, StreamReg, TrafficKind
-from hdl.hopper.gpc import GLOBAL_SLOT, GpcReg, counter_names, gpc_registers
+from hdl.hopper.gpc import GLOBAL_SLOT, GpcReg, counter_names, gpc_registers, switch_blocks
+from sim import stall
 from sim.experiments import load_reference
 from sim.fit import error_pct, fit_affine
 
@@ -163,7 +164,9 @@ def check_run(cfg, run):
 
 
 def stuck_report(cfg, counters):
-    """One line naming where traffic sits: SM counters and non-empty queues."""
+    """One line naming where traffic sits: SM counters, then every switch's
+    non-empty buffers, outputs without credit and waiting requesters
+    (:func:`sim.stall.describe`)."""
     parts = []
     for slot in range(cfg.n_slots):
         fields = {name: counters[f"sm{slot}.{name}"] for name in
@@ -174,10 +177,15 @@ def stuck_report(cfg, counters):
             busy["received"] = f"{rx * GRANULE}/{want * GRANULE} B"
         if busy:
             parts.append(f"sm{slot} " + ", ".join(f"{k}={v}" for k, v in busy.items()))
-    for name, value in counters.items():
-        if name.endswith(".occupied") and value:
-            parts.append(f"{name.removesuffix('.occupied')} queues 0b{value:b}")
+    parts += stall.describe(counters, stall_blocks(cfg))
     return "; ".join(parts) or "no traffic held anywhere"
+
+
+def stall_blocks(cfg):
+    """The GPC's switches as :class:`sim.stall.Block` (VCs ``req``, ``rsp``)."""
+    return [stall.Block(name, tuple(f"in{i}" for i in range(n_in)),
+                        tuple(f"out{o}" for o in range(n_out)), ("req", "rsp"))
+            for name, n_in, n_out in switch_blocks(cfg)]
 
 
 # --- experiment definitions ---------------------------------------------------

@@ -18,7 +18,8 @@ import numpy as np
 
 from hdl.etsoc.config import COMBINE_OPS, MeshConfig, hops
 from hdl.etsoc.engine import Couple, EngineReg, checksum, combine, register_word, tree_roles
-from hdl.etsoc.mesh import GLOBAL, counter_names, mesh_registers
+from hdl.etsoc.mesh import GLOBAL, Port, counter_names, mesh_registers
+from sim import stall
 from sim.experiments import load_reference
 from sim.fit import error_pct
 
@@ -485,7 +486,9 @@ def build_run(cfg, label, programs, dirty=None, meta=None):
         "sum_pairs": sum_pairs,
         "verify": [f"{n}.checksum" for n in names],
         "on_stuck": [f"{n}.{c}" for n in names for c in ("ready_from", "blocked_ready",
-                                                          "state")],
+                                                          "state")]
+        + [f"{b.name}.{c}" for b in stall_blocks(cfg)
+           for c in ("occupied", "no_credit", *(f"in{p}.wants" for p in range(len(Port))))],
         "expect": expect,
         "exchanges": max(pp.exchanges for pp in programs),
         "counts": counts,
@@ -516,6 +519,14 @@ def plan(cfg, runs):
             "run_cycles": 2 * cfg.watchdog_cycles + 2000 * longest}
 
 
+def stall_blocks(cfg):
+    """The mesh routers as :class:`sim.stall.Block`: ports named by
+    :class:`~hdl.etsoc.mesh.Port`, VCs ``req`` and ``rsp``."""
+    ports = tuple(p.name.lower() for p in Port)
+    return [stall.Block(f"router_{x}_{y}", ports, ports, ("req", "rsp"))
+            for y in range(cfg.mesh_rows) for x in range(cfg.mesh_cols)]
+
+
 def check_run(cfg, run, got):
     """Raise :class:`ExperimentError` unless the run ended cleanly with every register right."""
     label = run["label"]
@@ -526,6 +537,7 @@ def check_run(cfg, run, got):
         asleep = [k.rsplit(".", 1)[0] for k, v in c.items() if k.endswith(".state") and v & 8]
         if asleep:
             held += "; asleep waiting for a credit: " + ", ".join(asleep)
+        held = "; ".join([held, *stall.describe(c, stall_blocks(cfg))])
         raise ExperimentError(f"{label}: run ended {got['ended']} after {c.get('cycles')} "
                               f"cycles; {held}")
     counters = got["counters"]

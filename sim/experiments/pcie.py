@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 from hdl.pcie.config import CLOCK_MHZ, gpu_socket
 from hdl.pcie.gpu import GpuMode, GpuReg
-from hdl.pcie.system import GLOBAL, counter_names, system_registers
-from hdl.pcie.tlp import STAGE_SHIFT
+from hdl.pcie.system import GLOBAL, counter_names, crossbars, system_registers
+from hdl.pcie.tlp import STAGE_SHIFT, FcClass
+from sim import stall
 from sim.experiments import load_reference
 from sim.fit import error_pct, fit_affine
 
@@ -181,6 +182,14 @@ def plan(cfg, runs):
             "run_cycles": cfg.watchdog_cycles + 4 * longest}
 
 
+def stall_blocks(cfg):
+    """The machine's switches and root complexes as :class:`sim.stall.Block`
+    (VCs are the flow-control classes ``P``, ``NP``, ``CPL``)."""
+    return [stall.Block(name, tuple(f"in{p}" for p in range(ports)),
+                        tuple(f"out{p}" for p in range(ports)), tuple(c.name for c in FcClass))
+            for name, ports in crossbars(cfg)]
+
+
 def check_run(cfg, run, got):
     """Raise :class:`ExperimentError` unless the run ended cleanly with every
     byte where it belongs."""
@@ -190,7 +199,7 @@ def check_run(cfg, run, got):
         waiting = [f"gpu{g} has {c[f'gpu{g}.rx_bytes']} of {run['expect'][g]} B"
                    for g in range(cfg.gpus) if c[f"gpu{g}.rx_bytes"] != run["expect"][g]]
         raise ExperimentError(f"{label}: run ended {got['ended']} after {c['cycles']} cycles; "
-                              + "; ".join(waiting))
+                              + "; ".join(waiting + stall.describe(c, stall_blocks(cfg))))
     if c["overflow"]:
         raise ExperimentError(f"{label}: a buffer overflowed (flow control broken)")
     for g in range(cfg.gpus):
