@@ -33,8 +33,10 @@ report: venv
 	  $(BIN)/python -m sim.random_traffic || status=$$?; \
 	  $(BIN)/fabricsim run all && $(BIN)/fabricsim report && exit $$status
 
+# One pytest worker per CPU; each test file stays on one worker, so a file's
+# builds and shared experiment results are made once.
 test: venv
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n auto --dist loadfile
 
 # Random-traffic seeds 1..SOAK_SEEDS on every fabric and simulator (make
 # test runs seeds 1 and 2).  pytest exits 5 when no test is marked slow;
