@@ -38,7 +38,9 @@ async def run_plan(dut):
             if await tb.wait_for("verify_done", plan["init_cycles"]) is None:
                 raise RuntimeError(f"run {index} ({run['label']}): data check did not finish")
             checked = await tb.read_counters()
-            entry["errors"] = {k: v for k, v in checked.items() if k.endswith(".errors")}
+            entry["errors"] = {k: v for k, v in checked.items()
+                               if k.endswith((".errors", ".first_bad"))}
+            entry["checks"] = run.get("checks", {})
         results.append(entry)
         dut._log.info("run %d/%d %s: %s after %d cycles", index + 1, len(plan["runs"]),
                       run["label"], entry["ended"], after["cycles"])

@@ -121,7 +121,8 @@ def test_either_plane_off_delivers_every_byte(verilog, tmp_path):
 
 
 @pytest.mark.parametrize("fault,message", [
-    (Fault.CORRUPT, "words corrupted or misplaced"),
+    (Fault.CORRUPT, r"1 words corrupted or misplaced, first word (\d+) of SM slot 1, "
+                    r"written from word \1 of SM slot 0"),
     (Fault.DUPLICATE, "received 16416 B, expected 16384 B"),
     (Fault.DROP, "stuck after"),
 ])

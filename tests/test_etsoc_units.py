@@ -446,3 +446,35 @@ def test_runs_without_credits_write_no_credit_registers():
         (a, EngineReg.CREDIT, 0), (b, EngineReg.CREDIT, 0)}
     last = experiments.build_run(cfg, "msg", experiments.PingPong(a, b), dirty)
     assert not regs(last) & {EngineReg.CREDIT, EngineReg.BARRIER}
+
+
+def test_a_stray_flit_is_counted_and_its_source_recorded():
+    """A flit from a minion that is not the running receive's partner is
+    consumed, counted in ``o_errors`` and the first one's source held in
+    ``o_first_stray`` (the mesh check names it)."""
+    me, partner, stranger = CFG.minion_id(0, 0), CFG.minion_id(1, 0), CFG.minion_id(3, 2)
+    e = MinionEngine(minion=me, flit_layout=LAYOUT)
+    got = {}
+
+    async def bench(ctx):
+        await _write(ctx, e, {EngineReg.TX_PEER: partner, EngineReg.RX_PEER: partner,
+                              EngineReg.TX_COUNT: 0, EngineReg.RX_COUNT: 2,
+                              EngineReg.NREGS: 1, EngineReg.COUPLE: Couple.NONE})
+        ctx.set(e.i_start, 1)
+        await ctx.tick()
+        ctx.set(e.i_start, 0)
+        for src in (stranger, partner ^ 1):
+            ctx.set(e.i_req.valid, 1)
+            ctx.set(e.i_req.payload.src, src)
+            ctx.set(e.i_req.payload.dst, me)
+            ctx.set(e.i_req.payload.kind, MsgKind.DATA)
+            await ctx.tick()
+        ctx.set(e.i_req.valid, 0)
+        await ctx.tick().repeat(4)
+        got["errors"], got["first"] = ctx.get(e.o_errors), ctx.get(e.o_first_stray)
+
+    sim = Simulator(e)
+    sim.add_clock(1e-9)
+    sim.add_testbench(bench)
+    sim.run()
+    assert got == {"errors": 2, "first": 1 << 10 | stranger}

@@ -213,6 +213,26 @@ def _beats(src=0, dst=1, addr=0, length=128, drop=None, dup=None, last_at=None, 
 ])
 def test_memory_flags_lost_duplicated_misrouted_and_reordered_writes(broken, bad):
     """The receiving GPU checks every beat against the write it belongs to."""
+    got = _receive([beat for tlp in broken for beat in tlp])
+    assert (got["errors"] != 0) == bad, got
+    assert bool(got["first_bad"] >> 31) == bad, got
+
+
+@pytest.mark.parametrize("fault, first", [
+    (dict(dst=5), "MWR P beat from gpu0 to gpu5, address 0x80, cycle 1000"),
+    (dict(src=2), "MWR P beat from gpu2 to gpu1, address 0x80, cycle 1000"),
+])
+def test_the_first_bad_beat_is_named(fault, first):
+    """The receiving GPU records the first wrong beat: type, class, source,
+    destination, address and the cycle it arrived."""
+    got = _receive(_beats() + _beats(addr=128, **fault), now=1000)
+    assert pcie.first_bad({f"gpu1.{k}": v for k, v in got.items()}, 1) == first
+    assert pcie.first_bad({"gpu1.first_bad": 0}, 1) == "not recorded"
+
+
+def _receive(beats, now=0):
+    """Feed ``beats`` to GPU 1 expecting a copy from GPU 0 in 128 B TLPs, with
+    ``i_now`` held at ``now``; its error counters afterwards."""
     gpu = GpuEndpoint(CFG, 1, tx_credits=CFG.tx_queue_beats)
     got = {}
 
@@ -223,14 +243,16 @@ def test_memory_flags_lost_duplicated_misrouted_and_reordered_writes(broken, bad
             ctx.set(gpu.i_data, value)
             await ctx.tick()
         ctx.set(gpu.i_we, 0)
+        ctx.set(gpu.i_now, now)
         ctx.set(gpu.i_start, 1)
         await ctx.tick()
         ctx.set(gpu.i_start, 0)
-        await _feed(ctx, gpu.i, [beat for tlp in broken for beat in tlp], settle=20)
-        got["errors"] = ctx.get(gpu.o_errors)
+        await _feed(ctx, gpu.i, beats, settle=20)
+        got.update({k: ctx.get(getattr(gpu, f"o_{k}"))
+                    for k in ("errors", "first_bad", "first_bad_addr", "first_bad_cycle")})
 
     _simulate(gpu, bench)
-    assert (got["errors"] != 0) == bad, got
+    return got
 
 
 async def _feed(ctx, link, beats, *, settle):

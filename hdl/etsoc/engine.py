@@ -242,6 +242,8 @@ class MinionEngine(wiring.Component):
         Flits from a minion other than the current receive's partner, while
         running (protocol errors; consumed, never written).  A partner's flit
         that arrives before its receive is posted waits instead.
+    o_first_stray : Out(11)
+        ``{valid, source[9:0]}`` of the first such flit of the run.
     o_ready_from : Out(11)
         ``{valid, source[9:0]}`` of the READY held (for stuck reports).
     o_blocked_ready : Out(11)
@@ -276,7 +278,7 @@ class MinionEngine(wiring.Component):
             "o_progress": Out(1),
             "o_tx_msgs": Out(16), "o_rx_msgs": Out(16),
             "o_first_rx": Out(32), "o_last_rx": Out(32),
-            "o_checksum": Out(32), "o_errors": Out(16),
+            "o_checksum": Out(32), "o_errors": Out(16), "o_first_stray": Out(11),
             "o_ready_from": Out(11), "o_blocked_ready": Out(11),
             "o_tx_sum": Out(32), "o_rx_sum": Out(32), "o_sleeping": Out(1),
             "o_credits": Out(16),
@@ -371,6 +373,7 @@ class MinionEngine(wiring.Component):
             m.d.sync += fill_addr.eq(fill_addr + 1)
         with m.If(self.i_start):
             m.d.sync += [running.eq(1), tx_sent.eq(0), rx_done.eq(0), self.o_errors.eq(0),
+                         self.o_first_stray.eq(0),
                          self.o_tx_sum.eq(0), self.o_rx_sum.eq(0),
                          t_up_pending.eq(up_bit.any()), t_down.eq(below),
                          t_up_done.eq(~below.any()), t_down_done.eq(~up_bit.any())]
@@ -545,6 +548,9 @@ class MinionEngine(wiring.Component):
                   & (~msg_run | (arriving.src != rx_peer))):
             m.d.comb += [self.i_req.ready.eq(1), stray.eq(1)]
             m.d.sync += self.o_errors.eq(self.o_errors + 1)
+
+        with m.If(stray & ~self.o_first_stray[10]):
+            m.d.sync += self.o_first_stray.eq(arriving.src | (1 << 10))
 
         # --- ACKs of the send window ----------------------------------------------
         took = window_on & self.i_req.valid & self.i_req.ready & (arriving.src == rx_peer)

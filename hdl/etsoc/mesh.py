@@ -171,6 +171,8 @@ def counter_names(cfg):
     ``s<shire>.m<k>.state`` packs, low bit first: done, init_done, verify_done,
     sleeping (in a credit wait with no credit); bits 8 to 23 hold the credits
     received and not yet taken.
+    ``errors`` holds the stray flits counted in bits 0-15 and the first one's
+    ``{valid, source[9:0]}`` in bits 16-26;
     ``ready_from`` / ``blocked_ready`` are ``{valid, source[9:0]}``;
     ``tx_sum`` / ``rx_sum`` are :func:`~hdl.etsoc.engine.flit_sum` totals.
     ``router_<x>_<y>.occupied``, ``.no_credit`` and ``.in<port>.wants`` are
@@ -335,7 +337,7 @@ class EtSocMesh(wiring.Component):
         values = [watchdog.o_cycles, self.stuck, watchdog.o_idle, Cat(*overflow).any()]
         for e in engines:
             values += [e.o_tx_msgs, e.o_rx_msgs, e.o_first_rx, e.o_last_rx, e.o_checksum,
-                       e.o_errors, e.o_ready_from, e.o_blocked_ready,
+                       Cat(e.o_errors, e.o_first_stray), e.o_ready_from, e.o_blocked_ready,
                        Cat(e.o_done, e.o_init_done, e.o_verify_done, e.o_sleeping,
                            Const(0, 4), e.o_credits), e.o_tx_sum, e.o_rx_sum]
         for y in range(cfg.mesh_rows):

@@ -222,6 +222,10 @@ class SmEndpoint(wiring.Component):
         16 B granules received by writes and read responses; granules expected.
     o_errors : Out(32)
         Words found wrong by the last check.
+    o_first_bad : Out(32)
+        The first word the last check found wrong: bits 0-23 its word offset
+        in the checked region, bits 24-27 the region (``CheckReg`` set), bit
+        31 set if there was one.
     o_outstanding_reads, o_unacked_flits, o_owed_acks : Out(32)
         Outstanding-transaction counters: reads awaiting data, written flits
         awaiting acknowledgement, acknowledgements this SM still owes.
@@ -265,7 +269,7 @@ class SmEndpoint(wiring.Component):
             "o_init_done": Out(1), "o_verify_done": Out(1),
             "o_local_done": Out(1), "o_released": Out(1), "o_busy": Out(1),
             "o_rx_granules": Out(32), "o_expected_granules": Out(32),
-            "o_errors": Out(32),
+            "o_errors": Out(32), "o_first_bad": Out(32),
             "o_outstanding_reads": Out(32), "o_unacked_flits": Out(32),
             "o_owed_acks": Out(32), "o_tx_flits": Out(32),
             "o_overflow": Out(1), "o_occupied": Out(2),
@@ -624,6 +628,7 @@ class SmEndpoint(wiring.Component):
         cmp_mask = Signal(gpf)
         errors = Signal(32)
         m.d.comb += self.o_errors.eq(errors)
+        cmp_where = Signal(28)      # region and word offset of the word compared
         c_words = Array((g + gpf - 1) // gpf for g in c_gran)
         c_gran_a = Array(c_gran)
         cur_words = c_words[check]
@@ -631,7 +636,7 @@ class SmEndpoint(wiring.Component):
         m.d.comb += rports[0].addr.eq(Mux(verifying, v_addr, pipes[0].o_rd_addr))
         with m.If(self.ctl_verify):
             m.d.sync += [verifying.eq(1), check.eq(0), offset.eq(0), errors.eq(0),
-                         self.o_verify_done.eq(0), cmp_valid.eq(0)]
+                         self.o_verify_done.eq(0), cmp_valid.eq(0), self.o_first_bad.eq(0)]
         with m.Elif(verifying):
             with m.If(check == N_CHECKS):
                 m.d.sync += [verifying.eq(0), self.o_verify_done.eq(1)]
@@ -645,6 +650,7 @@ class SmEndpoint(wiring.Component):
                                                cfg.data_seed, lanes)),
                     cmp_mask.eq(Mux(granules_left >= gpf, full_mask, mask_of[granules_left % gpf])),
                     offset.eq(offset + 1),
+                    cmp_where.eq(offset | (check << 24)),
                 ]
         with m.Else():
             m.d.sync += cmp_valid.eq(0)
@@ -653,4 +659,6 @@ class SmEndpoint(wiring.Component):
                          != cmp_expect.word_select(k, GRANULE_BYTES * 8)) & cmp_mask[k]
                         for k in range(gpf))).any()
             m.d.sync += errors.eq(errors + bad)
+            with m.If(bad & ~self.o_first_bad[31]):
+                m.d.sync += self.o_first_bad.eq(cmp_where | (1 << 31))
         return m

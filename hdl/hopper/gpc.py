@@ -76,7 +76,8 @@ def make_flit_layout(cfg):
 
 
 SM_COUNTERS = ("rx_granules", "expected_granules", "errors", "outstanding_reads",
-               "unacked_flits", "owed_acks", "tx_flits", "state", "inj_flits", "inj_stalls")
+               "unacked_flits", "owed_acks", "tx_flits", "state", "inj_flits", "inj_stalls",
+               "first_bad")
 
 
 def counter_names(cfg):
@@ -206,7 +207,7 @@ class Gpc(wiring.Component):
             state = Cat(sm.o_local_done, sm.o_released, sm.o_busy, sm.o_occupied, sm.o_overflow)
             for name, value in (("rx_granules", sm.o_rx_granules),
                                 ("expected_granules", sm.o_expected_granules),
-                                ("errors", sm.o_errors),
+                                ("errors", sm.o_errors), ("first_bad", sm.o_first_bad),
                                 ("outstanding_reads", sm.o_outstanding_reads),
                                 ("unacked_flits", sm.o_unacked_flits),
                                 ("owed_acks", sm.o_owed_acks), ("tx_flits", sm.o_tx_flits),

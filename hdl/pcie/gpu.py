@@ -113,6 +113,13 @@ class GpuEndpoint(wiring.Component):
         data beat outside a TLP or not at the next address, a ``last`` in the
         wrong place, data that is not the source's for that address, or a TLP of
         a kind its class does not carry.
+    o_first_bad : Out(32)
+        The first such beat of the run, held until the next start: bits 0-7
+        its source node, 8-9 its flow-control class (:class:`FcClass`; NP for
+        a bad read request), 10-11 its TLP type (:class:`TlpType`), 16-23 its
+        destination node, bit 31 set once a beat was bad.
+    o_first_bad_addr, o_first_bad_cycle : Out(32)
+        That beat's address and the ``i_now`` it arrived at.
     o_progress : Out(1)
         A beat moved this cycle (for the watchdog).
     o_peer, o_src : Out(4)
@@ -135,6 +142,7 @@ class GpuEndpoint(wiring.Component):
             "o_first_tx": Out(32), "o_last_tx": Out(32),
             "o_first_rx": Out(32), "o_last_rx": Out(32),
             "o_errors": Out(16), "o_progress": Out(1), "o_peer": Out(4), "o_src": Out(4),
+            "o_first_bad": Out(32), "o_first_bad_addr": Out(32), "o_first_bad_cycle": Out(32),
         })
 
     def _host_of(self, gpu):
@@ -285,6 +293,8 @@ class GpuEndpoint(wiring.Component):
         # --- memory: check every write and completion where it lands ------------------
         errors = self.o_errors
         bad = Signal()
+        # the first bad beat's fields: a received beat, or a bad read request
+        bad_info, bad_addr = Signal(32), Signal(32)
         took = Signal(2)          # payload beats that came in this cycle
         # completions answer the reads in order: the read being answered (its
         # tag) and the bytes of it still to come
@@ -306,6 +316,9 @@ class GpuEndpoint(wiring.Component):
                 if c == FcClass.CPL:
                     m.d.sync += next_addr.eq(Mux(staged, expect_src << STAGE_SHIFT, 0))
             with m.Elif(rx.o[c].valid):
+                m.d.comb += [bad_info.eq(got.src | (int(c) << 8) | (got.kind << 10)
+                                         | (got.dst << 16)),
+                             bad_addr.eq(got.addr)]
                 with m.If((got.kind != kind) | (got.dst != self.gpu) | (got.src != from_node)):
                     m.d.comb += bad.eq(1)
                 with m.Elif(got.head):
@@ -331,10 +344,16 @@ class GpuEndpoint(wiring.Component):
                             m.d.sync += cpl_tag.eq(cpl_tag + 1)
         with m.If(self.i_start):
             m.d.sync += [errors.eq(0), self.o_rx_bytes.eq(0), cpl_tag.eq(0),
-                         cpl_left.eq(tlp_bytes)]
+                         cpl_left.eq(tlp_bytes), self.o_first_bad.eq(0),
+                         self.o_first_bad_addr.eq(0), self.o_first_bad_cycle.eq(0)]
         with m.Else():
             with m.If((bad | completer.o_bad) & (errors != 0xFFFF)):
                 m.d.sync += errors.eq(errors + 1)
+            with m.If((bad | completer.o_bad) & ~self.o_first_bad[31]):
+                m.d.sync += [self.o_first_bad.eq(Mux(bad, bad_info, int(FcClass.NP) << 8)
+                                                 | (1 << 31)),
+                             self.o_first_bad_addr.eq(Mux(bad, bad_addr, 0)),
+                             self.o_first_bad_cycle.eq(self.i_now)]
             with m.If(took.any()):
                 m.d.sync += [self.o_rx_bytes.eq(self.o_rx_bytes + dp * (took[0] + took[1])),
                              self.o_last_rx.eq(self.i_now)]

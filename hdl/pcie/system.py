@@ -77,7 +77,7 @@ def _retrain_word(cfg):
 
 #: Per-GPU counters, in address order.
 GPU_COUNTERS = ("tx_bytes", "rx_bytes", "first_tx", "last_tx", "first_rx", "last_rx",
-                "errors", "state")
+                "errors", "state", "first_bad", "first_bad_addr", "first_bad_cycle")
 
 
 #: Per-host-memory counters, in address order.
@@ -93,7 +93,9 @@ def link_names(cfg):
 def counter_names(cfg):
     """Names of the readable counters, in ``rd_addr`` order.
 
-    ``gpu<k>.state`` is 1 when GPU k is done.  Per link and direction
+    ``gpu<k>.state`` is 1 when GPU k is done; ``gpu<k>.first_bad``,
+    ``first_bad_addr`` and ``first_bad_cycle`` describe the first beat GPU k
+    found wrong (see :class:`~hdl.pcie.gpu.GpuEndpoint`).  Per link and direction
     (``<link>.up`` / ``<link>.down``): ``tlps``, ``payload_bytes``,
     ``lane_bytes`` (the link's capacity), ``busy`` (beats sent),
     ``dllp_beats``.  Per socket-link direction (``socket<a><b>``): ``busy``
@@ -302,7 +304,8 @@ class PcieSystem(wiring.Component):
         values = [watchdog.o_cycles, self.stuck, Cat(*overflow).any()]
         for g in gpus:
             values += [g.o_tx_bytes, g.o_rx_bytes, g.o_first_tx, g.o_last_tx, g.o_first_rx,
-                       g.o_last_rx, g.o_errors, g.o_done]
+                       g.o_last_rx, g.o_errors, g.o_done, g.o_first_bad, g.o_first_bad_addr,
+                       g.o_first_bad_cycle]
         for name in link_names(cfg):
             link = links[name]
             for d in ("ab", "ba"):

@@ -59,7 +59,9 @@ def build_run(cfg: DsmConfig, streams, label, plane_enable=None, fault=None):
     """Register writes of one run.
 
     ``fault`` = ``(slot, Fault)`` injects a fault for testing the checks.
-    Returns a dict ``{"label", "plane_enable", "writes": [(addr, value)]}``.
+    Returns a dict ``{"label", "plane_enable", "writes": [(addr, value)], "checks"}``,
+    ``checks`` giving each destination slot's checked regions as ``[source
+    slot, source word base, local word base]``.
 
     Raises
     ------
@@ -73,6 +75,7 @@ def build_run(cfg: DsmConfig, streams, label, plane_enable=None, fault=None):
     regs = {slot: {} for slot in range(cfg.n_slots)}
     n_streams = {slot: 0 for slot in range(cfg.n_slots)}
     n_checks = {slot: 0 for slot in range(cfg.n_slots)}
+    checks = {}     # destination slot: [source slot, source base, local base] per region
 
     def alloc(slot, granules):
         words = -(-granules // words_per_flit)
@@ -114,6 +117,7 @@ def build_run(cfg: DsmConfig, streams, label, plane_enable=None, fault=None):
             16 + 4 * c + CheckReg.SRC: src, 16 + 4 * c + CheckReg.SRC_BASE: src_base,
             16 + 4 * c + CheckReg.LOCAL_BASE: dst_base, 16 + 4 * c + CheckReg.GRANULES: granules,
         })
+        checks.setdefault(str(dst), []).append([src, src_base, dst_base])
     mask = sum(1 << slot for slot in ranks)
     writes = []
     for slot in range(cfg.n_slots):
@@ -131,7 +135,7 @@ def build_run(cfg: DsmConfig, streams, label, plane_enable=None, fault=None):
         globals_[GpcReg.FAULT] = (slot << 2) | int(kind)
     writes += [((GLOBAL_SLOT << 6) | reg, value) for reg, value in globals_.items()]
     return {"label": label, "plane_enable": cfg.plane_enable if plane_enable is None
-            else plane_enable, "writes": writes}
+            else plane_enable, "writes": writes, "checks": checks}
 
 
 def check_run(cfg, run):
@@ -156,11 +160,29 @@ def check_run(cfg, run):
             problems.append(f"SM slot {slot} received {got * GRANULE} B, expected {want * GRANULE} B")
         errors = run.get("errors", {}).get(f"sm{slot}.errors", 0)
         if errors:
-            problems.append(f"SM slot {slot}: {errors} words corrupted or misplaced")
+            problems.append(f"SM slot {slot}: {errors} words corrupted or misplaced, first "
+                            + first_bad(run, slot))
     if "errors" not in run:
         problems.append("data check did not run")
     if problems:
         raise ExperimentError(f"run {label}: " + "; ".join(problems))
+
+
+def first_bad(result, slot):
+    """The first word SM ``slot``'s check found wrong, from its ``first_bad``
+    counter and the run's check registers: the sending SM slot, the source
+    and destination word addresses.  The check runs after the timed region,
+    so no arrival cycle is known."""
+    info = result.get("errors", {}).get(f"sm{slot}.first_bad", 0)
+    regions = result.get("checks", {}).get(str(slot), [])
+    if not info >> 31:
+        return "not recorded"
+    region, offset = info >> 24 & 0xF, info & 0xFFFFFF
+    if region >= len(regions):
+        return f"word {offset} of checked region {region}"
+    src, src_base, local_base = regions[region]
+    return (f"word {local_base + offset} of SM slot {slot}, written from word "
+            f"{src_base + offset} of SM slot {src} (region {region}, {offset} words in)")
 
 
 def stuck_report(cfg, counters):

@@ -545,7 +545,10 @@ def check_run(cfg, run, got):
         raise ExperimentError(f"{label}: a buffer overflowed (credit protocol broken)")
     for key, value in counters.items():
         if key.endswith(".errors") and value:
-            raise ExperimentError(f"{label}: {key} = {value} flits arrived outside a receive")
+            first = value >> 16
+            raise ExperimentError(
+                f"{label}: {key} = {value & 0xFFFF} flits arrived outside a receive, the first "
+                + (f"from {minion_name(first & 0x3FF)}" if first >> 10 else "not recorded"))
         if key in run["counts"] and value != run["counts"][key]:
             raise ExperimentError(f"{label}: {key} = {value}, expected {run['counts'][key]}")
     for key, value in counters.items():

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from hdl.pcie.config import CLOCK_MHZ, gpu_socket
 from hdl.pcie.gpu import GpuMode, GpuReg
 from hdl.pcie.system import GLOBAL, counter_names, crossbars, system_registers
-from hdl.pcie.tlp import STAGE_SHIFT, FcClass
+from hdl.pcie.tlp import HOST_NODE, STAGE_SHIFT, FcClass, TlpType
 from sim import stall
 from sim.experiments import load_reference
 from sim.fit import error_pct, fit_affine
@@ -190,6 +190,25 @@ def stall_blocks(cfg):
             for name, ports in crossbars(cfg)]
 
 
+def first_bad(counters, gpu):
+    """The first beat ``gpu`` found wrong, from its ``first_bad`` counters:
+    ``"<type> <class> beat from <node> to <node>, address 0x..., cycle N"``."""
+    info = counters.get(f"gpu{gpu}.first_bad", 0)
+    if not info >> 31:
+        return "not recorded"
+    cycle = counters.get(f"gpu{gpu}.first_bad_cycle", 0)
+    fc = FcClass(info >> 8 & 3).name if info >> 8 & 3 < len(FcClass) else "?"
+    if fc == "NP":
+        return f"a read request this GPU could not answer, cycle {cycle}"
+    kind = TlpType(info >> 10 & 3).name if info >> 10 & 3 < len(TlpType) else "?"
+    return (f"{kind} {fc} beat from {_node(info & 0xFF)} to {_node(info >> 16 & 0xFF)}, "
+            f"address {counters.get(f'gpu{gpu}.first_bad_addr', 0):#x}, cycle {cycle}")
+
+
+def _node(n):
+    return f"host memory {n - HOST_NODE}" if n >= HOST_NODE else f"gpu{n}"
+
+
 def check_run(cfg, run, got):
     """Raise :class:`ExperimentError` unless the run ended cleanly with every
     byte where it belongs."""
@@ -205,7 +224,8 @@ def check_run(cfg, run, got):
     for g in range(cfg.gpus):
         if c[f"gpu{g}.errors"]:
             raise ExperimentError(f"{label}: gpu{g}.errors = {c[f'gpu{g}.errors']}: payload "
-                                  "data wrong, or writes from one source out of order")
+                                  "data wrong, or writes from one source out of order; first: "
+                                  + first_bad(c, g))
         if c[f"gpu{g}.rx_bytes"] != run["expect"][g]:
             raise ExperimentError(f"{label}: gpu{g} took in {c[f'gpu{g}.rx_bytes']} B, "
                                   f"expected {run['expect'][g]}: data lost or duplicated")
