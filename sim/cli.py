@@ -145,13 +145,18 @@ def parse_overrides(config_cls, items):
                 parts = [p for p in text.replace(" ", "").split(",") if p]
                 value = tuple(_number(p) for p in parts)
             elif isinstance(default, bool):
-                value = text.lower() in ("1", "true", "yes", "on")
+                if text.lower() not in _BOOLEAN:
+                    raise UsageError(f"{name} must be true or false (or 1/0, yes/no, on/off), "
+                                     f"not {text!r}")
+                value = _BOOLEAN[text.lower()]
             elif isinstance(default, int):
                 value = int(text, 0)
             elif isinstance(default, float):
                 value = float(text)
             else:
                 value = text
+        except UsageError:
+            raise
         except ValueError:
             kind = {int: "an integer (0x... allowed)", float: "a number"}.get(
                 type(default), "comma-separated numbers" if isinstance(default, tuple)
@@ -162,6 +167,10 @@ def parse_overrides(config_cls, items):
         return dataclasses.replace(defaults, **changes)
     except ValueError as error:
         raise UsageError(str(error)) from None
+
+
+_BOOLEAN = {"1": True, "true": True, "yes": True, "on": True,
+            "0": False, "false": False, "no": False, "off": False}
 
 
 def _number(text):

@@ -40,6 +40,8 @@ CASES = [
     ("dsm-placement-no-slot", ["run", "dsm.one_way", "--set", "cluster_size=2",
                                "--set", "placement=0,18"],
      "placement must be slots from 0 to 17, not (0, 18)"),
+    ("dsm-not-a-boolean", ["run", "dsm.one_way", "--set", "shared_vc=maybe"],
+     "shared_vc must be true or false (or 1/0, yes/no, on/off), not 'maybe'"),
     ("dsm-flit-width", ["run", "dsm.one_way", "--set", "flit_bytes=24"],
      "flit_bytes must be one of 16, 32, 64, not 24"),
     ("dsm-no-plane", ["run", "dsm.one_way", "--set", "gx_planes=gx7"],

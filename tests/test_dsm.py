@@ -134,6 +134,31 @@ def test_checks_catch_every_fault(verilog, tmp_path, fault, message):
         dsm.check_run(cfg, result)
 
 
+def test_one_shared_vc_deadlocks_and_the_watchdog_names_the_waits(verilog, tmp_path):
+    """Requests and responses on one VC (``shared_vc``, an unsafe
+    configuration): two SMs loading from each other with 255 reads
+    outstanding fill the buffers with read commands that responses cannot
+    pass.  The watchdog ends the run and its snapshot names the full
+    buffers, the outputs without credit and the waiting flits.  With the
+    chip's two VCs the same traffic completes."""
+    ended = {}
+    for shared in (False, True):
+        cfg = DsmConfig(shared_vc=shared, max_outstanding_reads=255)
+        run = dsm.build_run(cfg, [dsm.Stream("load", 0, 1, 65536),
+                                  dsm.Stream("load", 1, 0, 65536)], f"shared_vc={shared}")
+        result = simulate(verilog, cfg, [run], tmp_path / str(shared))[0]
+        ended[shared] = result["ended"]
+        if not shared:
+            dsm.check_run(cfg, result)
+            continue
+        with pytest.raises(dsm.ExperimentError, match="shared_vc=True: stuck") as info:
+            dsm.check_run(cfg, result)
+        text = str(info.value)
+        assert "buffers holding flits" in text and "(no credit)" in text, text
+        assert "outstanding_reads=" in text, text
+    assert ended == {False: "done", True: "stuck"}
+
+
 def test_stuck_report_names_where_traffic_waits(verilog, tmp_path):
     cfg = DsmConfig()
     run = dsm.build_run(cfg, [dsm.Stream("store", 0, 1, 16384)], "drop", fault=(1, Fault.DROP))

@@ -42,6 +42,9 @@ class DsmConfig(ConfigBase):
                                      "non-blocking response VC goes first, at most this many "
                                      "flits in a row while a request waits (0: round-robin). "
                                      "Calibrated on experiment B's load (15.37 B/cycle)")
+    shared_vc: bool = _run(False, "unsafe test mode: responses ride the request VC, so the "
+                                  "request/response protocol can deadlock (the chip keeps them "
+                                  "apart; for testing the watchdog)")
     # --- packets (seed 000, "Why Bidirectional Reads Lose About One Quarter",
     #     "What NVIDIA's Patent Tells Us")
     read_response_bytes: int = _run(128, f"{SEED}: 128 B read-response quantum, four 32 B flits")
@@ -130,6 +133,7 @@ class DsmConfig(ConfigBase):
                  "distinct slots (one CTA of 200 KiB per SM)")
         need("vc_response_burst", isinstance(self.vc_response_burst, int)
              and 0 <= self.vc_response_burst <= 15, "an integer from 0 to 15")
+        need("shared_vc", isinstance(self.shared_vc, bool), "true or false")
         need("ack_threshold_flits", self.ack_threshold_flits <= self.max_unacked_store_flits,
              f"at most max_unacked_store_flits ({self.max_unacked_store_flits}), or stores "
              "stall until the target's injection path idles")

@@ -44,12 +44,13 @@ class GpcReg(enum.IntEnum):
     READ_TURNAROUND = 8  #: read_turnaround_cycles (8 bits)
     FAULT = 9            #: fault injected for testing the checks: ``{slot[4:0], kind[1:0]}``
     RESPONSE_BURST = 10  #: vc_response_burst (4 bits)
+    SHARED_VC = 11       #: shared_vc (1 bit; unsafe, for deadlock tests)
 
 
 _GPC_REG_WIDTH = {GpcReg.SHAPER_FLITS: 4, GpcReg.SHAPER_CYCLES: 4, GpcReg.READ_WORDS: 4,
                   GpcReg.STORE_WORDS: 12, GpcReg.TMA_WORDS: 12, GpcReg.MAX_READS: 8,
                   GpcReg.MAX_UNACKED: 16, GpcReg.ACK_THRESHOLD: 16, GpcReg.READ_TURNAROUND: 8,
-                  GpcReg.FAULT: 7, GpcReg.RESPONSE_BURST: 4}
+                  GpcReg.FAULT: 7, GpcReg.RESPONSE_BURST: 4, GpcReg.SHARED_VC: 1}
 
 
 def gpc_registers(cfg):
@@ -65,6 +66,7 @@ def gpc_registers(cfg):
         GpcReg.READ_TURNAROUND: cfg.read_turnaround_cycles,
         GpcReg.FAULT: 0,
         GpcReg.RESPONSE_BURST: cfg.vc_response_burst,
+        GpcReg.SHARED_VC: int(cfg.shared_vc),
     }
 
 
@@ -183,7 +185,8 @@ class Gpc(wiring.Component):
             shaper = InjectionShaper(flit_layout=layout, credits=depth)
             m.d.comb += [shaper.i_flits.eq(knobs[GpcReg.SHAPER_FLITS]),
                          shaper.i_cycles.eq(knobs[GpcReg.SHAPER_CYCLES]),
-                         shaper.i_response_burst.eq(knobs[GpcReg.RESPONSE_BURST])]
+                         shaper.i_response_burst.eq(knobs[GpcReg.RESPONSE_BURST]),
+                         shaper.i_shared_vc.eq(knobs[GpcReg.SHARED_VC])]
             m.submodules[f"sm{s}"] = sm
             m.submodules[f"shaper{s}"] = shaper
             wiring.connect(m, sm.o_req, shaper.i_req)

@@ -47,6 +47,11 @@ class InjectionShaper(wiring.Component):
     i_response_burst : In(4)
         VC policy: 0 round-robin, k > 0 responses first, at most k in a row
         while a request waits (run-time setting).
+    i_shared_vc : In(1)
+        Unsafe test mode (run-time): responses are sent on the request VC with
+        its credits, so requests and responses share every buffer of the
+        fabric, which can then deadlock (a request/response protocol needs
+        its responses on a channel requests cannot block).
     i_req, i_rsp : In(stream.Signature(flit_layout))
         Request-VC and response-VC flits from the SM endpoint.
     o : Out(CreditLink(flit_layout))
@@ -68,6 +73,7 @@ class InjectionShaper(wiring.Component):
         self.credits = credits
         super().__init__({
             "i_flits": In(4, init=2), "i_cycles": In(4, init=3), "i_response_burst": In(4),
+            "i_shared_vc": In(1),
             "i_req": In(stream.Signature(flit_layout)),
             "i_rsp": In(stream.Signature(flit_layout)),
             "o": Out(CreditLink(flit_layout)),
@@ -89,7 +95,11 @@ class InjectionShaper(wiring.Component):
         inputs = {VC.REQ: self.i_req, VC.RSP: self.i_rsp}
         allowed = Signal()
         m.d.comb += allowed.eq(tokens >= self.i_cycles)
-        eligible = {vc: allowed & port.valid & credits.o_avail[vc] for vc, port in inputs.items()}
+        # the channel each stream's flits travel on (shared: both on REQ)
+        rsp_vc = Mux(self.i_shared_vc, VC.REQ, VC.RSP)
+        channel = {VC.REQ: VC.REQ, VC.RSP: rsp_vc}
+        eligible = {vc: allowed & port.valid & credits.o_avail.bit_select(channel[vc], 1)
+                    for vc, port in inputs.items()}
         streak = Signal(4)
         hold_requests = Signal()
         m.d.comb += hold_requests.eq((self.i_response_burst != 0) & eligible[VC.RSP]
@@ -104,11 +114,13 @@ class InjectionShaper(wiring.Component):
             m.d.sync += streak.eq(streak + 1)
         for vc, port in inputs.items():
             m.d.comb += port.ready.eq(arb.grant[vc])
-            m.d.comb += credits.i_take[vc].eq(arb.grant[vc])
+        m.d.comb += [credits.i_take[VC.REQ].eq(arb.grant[VC.REQ]
+                                               | (arb.grant[VC.RSP] & self.i_shared_vc)),
+                     credits.i_take[VC.RSP].eq(arb.grant[VC.RSP] & ~self.i_shared_vc)]
 
         m.d.sync += self.o.valid.eq(arb.valid)
         with m.If(arb.grant[VC.RSP]):
-            m.d.sync += self.o.flit.eq(self.i_rsp.payload)
+            m.d.sync += [self.o.flit.eq(self.i_rsp.payload), self.o.flit.vc.eq(rsp_vc)]
         with m.Else():
             m.d.sync += self.o.flit.eq(self.i_req.payload)
 
