@@ -43,7 +43,7 @@ test: venv
 # that is not a failure.
 SOAK_SEEDS ?= 30
 soak: venv
-	$(BIN)/pytest -q tests/test_random.py -k arrives_intact --seeds $(SOAK_SEEDS)
+	$(BIN)/pytest -q -n auto tests/test_random.py -k arrives_intact --seeds $(SOAK_SEEDS)
 	$(BIN)/pytest -q -m slow || test $$? -eq 5
 
 # Bounded formal proofs of the arbiter, credit counter, shaper, ACK

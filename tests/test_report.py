@@ -343,3 +343,13 @@ def test_verification_section_lists_the_random_traffic(results):
     (results / "random.json").write_text(json.dumps({"rows": [{"fabric": "dsm"}]}))
     with pytest.raises(ValueError, match="random.json: not a random-traffic file"):
         write_report(results)
+
+
+def test_verification_section_lists_the_faults_survived(results):
+    assert "Faults the hardware tolerates" not in write_report(results).read_text()
+    doc = _dsm_one_way()
+    doc.update(experiment="plane_off", title="G: a GX plane off")
+    _write(results, doc)
+    text = write_report(results).read_text()
+    assert "Faults the hardware tolerates" in text
+    assert "| dsm.plane_off | one GX plane switched off (either one) | 2 / 3 |" in text
