@@ -121,8 +121,9 @@ def test_either_plane_off_delivers_every_byte(verilog, tmp_path):
 
 
 @pytest.mark.parametrize("fault,message", [
-    (Fault.CORRUPT, r"1 words corrupted or misplaced, first word (\d+) of SM slot 1, "
-                    r"written from word \1 of SM slot 0"),
+    (Fault.CORRUPT, r"SM slot 1: a data flit arrived wrong, the first from SM slot 0 to word "
+                    r"(\d+) at cycle [1-9]\d*; SM slot 1: 1 words corrupted or misplaced, first "
+                    r"word \1 of SM slot 1, written from word \1 of SM slot 0"),
     (Fault.DUPLICATE, "received 16416 B, expected 16384 B"),
     (Fault.DROP, "stuck after"),
 ])

@@ -222,6 +222,14 @@ class SmEndpoint(wiring.Component):
         16 B granules received by writes and read responses; granules expected.
     o_errors : Out(32)
         Words found wrong by the last check.
+    o_first_wrong : Out(32)
+        The first data flit of the run that arrived wrong (not inside a
+        checked region, from another SM than the region's source, or with
+        data other than the source's pattern for that address): bits 0-15
+        its word address here, 16-20 its source SM slot, bit 31 set if there
+        was one.  Checked as it lands; the post-run check adds lost data.
+    o_first_wrong_cycle : Out(32)
+        ``i_run_cycle`` when that flit arrived.
     o_first_bad : Out(32)
         The first word the last check found wrong: bits 0-23 its word offset
         in the checked region, bits 24-27 the region (``CheckReg`` set), bit
@@ -245,6 +253,9 @@ class SmEndpoint(wiring.Component):
         SM cycles a read command waits before its first memory read.
     i_read_words, i_store_words, i_tma_words : In(4), In(12), In(12)
         Flits per read response, per store packet, per TMA command.
+    i_run_cycle : In(32)
+        The run's cycle count (the top's watchdog), stamped on the first
+        wrong arrival.
     i_fault : In(2)
         :class:`Fault` to inject into this run's first arriving data flit.
 
@@ -276,7 +287,8 @@ class SmEndpoint(wiring.Component):
             "i_max_reads": In(8), "i_max_unacked": In(16), "i_ack_threshold": In(16),
             "i_read_turnaround": In(8), "i_read_words": In(4),
             "i_store_words": In(12), "i_tma_words": In(12),
-            "i_fault": In(2),
+            "i_fault": In(2), "i_run_cycle": In(32),
+            "o_first_wrong": Out(32), "o_first_wrong_cycle": Out(32),
         })
 
     # ------------------------------------------------------------------
@@ -508,6 +520,25 @@ class SmEndpoint(wiring.Component):
                          wport.en.eq(Mux(is_data, got.mask, 0))]
         with m.If(self.ctl_init):
             m.d.sync += [filling.eq(1), fill_addr.eq(0), self.o_init_done.eq(0)]
+
+        # --- arrival check: each data flit against its region's source pattern ------
+        written = got.data ^ (hit == Fault.CORRUPT)
+        fits = []
+        for c in range(N_CHECKS):
+            inside = (got.addr >= c_lbase[c]) & (got.addr < c_lbase[c] + (c_gran[c] + gpf - 1) // gpf)
+            want = pattern_word(c_src[c], c_sbase[c] + (got.addr - c_lbase[c]), cfg.data_seed,
+                                lanes)
+            same = Cat(*(~got.mask[k] | (written.word_select(k, GRANULE_BYTES * 8)
+                                         == want.word_select(k, GRANULE_BYTES * 8))
+                         for k in range(gpf))).all()
+            fits.append(inside & (got.src == c_src[c]) & same)
+        wrong = Signal()
+        m.d.comb += wrong.eq(is_data & ~Cat(*fits).any())
+        with m.If(self.ctl_start):
+            m.d.sync += [self.o_first_wrong.eq(0), self.o_first_wrong_cycle.eq(0)]
+        with m.Elif(wrong & ~self.o_first_wrong[31]):
+            m.d.sync += [self.o_first_wrong.eq(got.addr[:16] | (got.src[:5] << 16) | (1 << 31)),
+                         self.o_first_wrong_cycle.eq(self.i_run_cycle)]
 
         popcount = sum(got.mask[k].as_unsigned() for k in range(gpf))
         with m.If(self.ctl_init):

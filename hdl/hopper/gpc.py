@@ -79,7 +79,7 @@ def make_flit_layout(cfg):
 
 SM_COUNTERS = ("rx_granules", "expected_granules", "errors", "outstanding_reads",
                "unacked_flits", "owed_acks", "tx_flits", "state", "inj_flits", "inj_stalls",
-               "first_bad")
+               "first_bad", "first_wrong", "first_wrong_cycle")
 
 
 def counter_names(cfg):
@@ -211,6 +211,8 @@ class Gpc(wiring.Component):
             for name, value in (("rx_granules", sm.o_rx_granules),
                                 ("expected_granules", sm.o_expected_granules),
                                 ("errors", sm.o_errors), ("first_bad", sm.o_first_bad),
+                                ("first_wrong", sm.o_first_wrong),
+                                ("first_wrong_cycle", sm.o_first_wrong_cycle),
                                 ("outstanding_reads", sm.o_outstanding_reads),
                                 ("unacked_flits", sm.o_unacked_flits),
                                 ("owed_acks", sm.o_owed_acks), ("tx_flits", sm.o_tx_flits),
@@ -291,6 +293,7 @@ class Gpc(wiring.Component):
         m.d.comb += [watchdog.i_clear.eq(self.ctl_init | self.ctl_start),
                      watchdog.i_active.eq(running & ~self.done),
                      watchdog.i_progress.eq(progress), self.stuck.eq(watchdog.o_stuck)]
+        m.d.comb += [sm.i_run_cycle.eq(watchdog.o_cycles) for sm in sms]
         counters.update({"cycles": watchdog.o_cycles, "stuck": self.stuck,
                          "idle_cycles": watchdog.o_idle, "overflow": overflow})
 

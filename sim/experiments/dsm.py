@@ -158,6 +158,11 @@ def check_run(cfg, run):
         want = counters[f"sm{slot}.expected_granules"]
         if got != want:
             problems.append(f"SM slot {slot} received {got * GRANULE} B, expected {want * GRANULE} B")
+        wrong = counters.get(f"sm{slot}.first_wrong", 0)
+        if wrong >> 31:
+            problems.append(f"SM slot {slot}: a data flit arrived wrong, the first from SM slot "
+                            f"{wrong >> 16 & 0x1F} to word {wrong & 0xFFFF} at cycle "
+                            f"{counters.get(f'sm{slot}.first_wrong_cycle', 0)}")
         errors = run.get("errors", {}).get(f"sm{slot}.errors", 0)
         if errors:
             problems.append(f"SM slot {slot}: {errors} words corrupted or misplaced, first "
