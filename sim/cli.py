@@ -122,7 +122,8 @@ def parse_overrides(config_cls, items):
     """Apply ``FIELD=VALUE`` strings to a default ``config_cls`` and validate it.
 
     Values are parsed by the field's default's type: integers (``0x`` allowed),
-    floats, strings, and comma-separated tuples of numbers.
+    floats, booleans (``true``/``false``, ``1``/``0``, ``yes``/``no``,
+    ``on``/``off``), strings, and comma-separated tuples of numbers.
 
     Raises
     ------

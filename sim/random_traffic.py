@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-__all__ = ["FABRICS", "Trial", "trial"]
+__all__ = ["FABRICS", "Trial", "trial", "run_seeds", "main"]
 
 FABRICS = ("dsm", "pcie", "mesh")
 
@@ -203,7 +203,8 @@ def _pcie(rng, seed, small, n_runs):
         pairs = [(s, d) for s, d in zip(senders, receivers) if s != d] or [(0, cfg.gpus - 1)]
         label = f"seed {seed} run {k}"
         run = pcie.copy_run(cfg, label, pairs, nbytes, tlp, mode=mode)
-        # TLP payloads: a staged copy crosses twice (to host memory, then on)
+        # requests of tlp bytes (writes pushed, reads pulled); a staged copy
+        # makes both (writes into host memory, reads out of it)
         run["transfers"] = len(pairs) * nbytes // tlp * (2 if mode == GpuMode.STAGED else 1)
         run["checked_bytes"] = len(pairs) * nbytes
         changed = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
@@ -300,8 +301,11 @@ def run_seeds(fabric, seeds, *, sim="verilator", small=None, build_root=Path("bu
     -------
     dict
         ``{"fabric", "simulator", "seeds", "runs", "transfers",
-        "checked_bytes", "failures"}``; each failure is one string naming the
-        seed, the run's traffic and the command that re-runs that seed.
+        "checked_bytes", "failures"}``; each failure is one line naming the
+        seed, the run's traffic and the command that re-runs that seed (the
+        same traffic, in a simulation of its own).  ``transfers`` counts DSM
+        payloads, PCIe requests (writes and read requests of the run's TLP
+        size) and ET-SoC-1 messages and credits.
 
     Raises
     ------
@@ -327,7 +331,7 @@ def run_seeds(fabric, seeds, *, sim="verilator", small=None, build_root=Path("bu
             try:
                 t.check(run, next(results))
             except Exception as error:  # noqa: BLE001 - each fabric's ExperimentError
-                failures.append(f"{error}\n    traffic: {run['traffic']}\n    re-run: "
+                failures.append(f"{error} | traffic: {run['traffic']} | re-run: "
                                 f"python -m sim.random_traffic {fabric} --seed {t.seed} "
                                 f"--sim {sim}{' --small' if small else ''}")
     return {"fabric": fabric, "simulator": sim, "seeds": seeds, "runs": len(runs),

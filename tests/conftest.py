@@ -1,5 +1,7 @@
 """Command-line options of the test suite."""
 
+import pytest
+
 
 def pytest_addoption(parser):
     group = parser.getgroup("fabricsim")
@@ -12,6 +14,8 @@ def pytest_addoption(parser):
 def pytest_generate_tests(metafunc):
     if "random_seeds" in metafunc.fixturenames:
         config = metafunc.config
+        if not config.getoption("seed") and config.getoption("seeds") < 1:
+            raise pytest.UsageError(f"--seeds must be at least 1, not {config.getoption('seeds')}")
         seeds = config.getoption("seed") or list(range(1, config.getoption("seeds") + 1))
         metafunc.parametrize("random_seeds", [tuple(seeds)],
                              ids=[f"seeds{seeds[0]}-{seeds[-1]}" if len(seeds) > 1

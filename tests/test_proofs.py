@@ -6,6 +6,7 @@ no proof passes vacuously."""
 # No `from __future__ import annotations`: Amaranth reads Component
 # annotations at run time.
 import json
+import re
 
 import pytest
 from amaranth import Array, Cat, Module, Signal
@@ -90,15 +91,22 @@ def test_proof_passes(name):
     assert result.name == name and result.depth == PROOFS[name].depth
 
 
-@pytest.mark.parametrize("fault, harness, depth", [
-    ("starving arbiter", lambda: RoundRobinHarness(3, arbiter=FixedPriority), 12),
-    ("credit returned twice", lambda: CreditCounterHarness(counter=CreditReturnedTwice), 14),
-    ("flit dropped in a GX plane", lambda: GxPlaneHarness(plane=DroppingGxPlane), 12),
+@pytest.mark.parametrize("fault, harness, depth, violated", [
+    ("starving arbiter", lambda: RoundRobinHarness(3, arbiter=FixedPriority), 12, "passed over"),
+    ("credit returned twice", lambda: CreditCounterHarness(counter=CreditReturnedTwice), 14,
+     "o_avail disagrees|more flits out than credits"),
+    ("flit dropped in a GX plane", lambda: GxPlaneHarness(plane=DroppingGxPlane), 12,
+     "marked flit not out"),
     ("GX plane output arbiter starving a credit-blocked VC",
-     lambda: GxPlaneHarness(plane=SharedPointerGxPlane, patience=7), 16),
+     lambda: GxPlaneHarness(plane=SharedPointerGxPlane, patience=7), 16,
+     "marked flit waits over 7 cycles"),
 ])
-def test_planted_fault_is_caught(fault, harness, depth, tmp_path):
-    assert not check(harness(), depth, name=fault, workdir=tmp_path).passed, fault
+def test_planted_fault_is_caught(fault, harness, depth, violated, tmp_path):
+    """Each planted fault breaks its proof, and breaks the property it is about."""
+    result = check(harness(), depth, name=fault, workdir=tmp_path)
+    assert not result.passed, fault
+    first = next(line for line in result.log_tail.splitlines() if line.startswith("violated"))
+    assert re.search(violated, first), result.log_tail
 
 
 @pytest.mark.parametrize("claim, harness, depth", [

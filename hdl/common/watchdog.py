@@ -6,7 +6,7 @@ stall snapshot every switch keeps (:class:`~hdl.common.switch.CreditSwitch`
 ``o_occupied``, ``o_no_credit``, ``o_wants``) and ``sim.stall`` prints it.
 """
 
-from amaranth import Module, Signal
+from amaranth import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 

@@ -115,9 +115,11 @@ class GpuEndpoint(wiring.Component):
         a kind its class does not carry.
     o_first_bad : Out(32)
         The first such beat of the run, held until the next start: bits 0-7
-        its source node, 8-9 its flow-control class (:class:`FcClass`; NP for
-        a bad read request), 10-11 its TLP type (:class:`TlpType`), 16-23 its
-        destination node, bit 31 set once a beat was bad.
+        its source node, 8-9 its flow-control class (:class:`FcClass`; NP
+        alone, with no other field, for a non-posted TLP that is not a memory
+        read), 10-11 its TLP type (:class:`TlpType`), 16-23 its destination
+        node, bit 31 set once a beat was bad.  Of a bad write and a bad
+        completion in one cycle, the write.
     o_first_bad_addr, o_first_bad_cycle : Out(32)
         That beat's address and the ``i_now`` it arrived at.
     o_progress : Out(1)
@@ -292,9 +294,13 @@ class GpuEndpoint(wiring.Component):
 
         # --- memory: check every write and completion where it lands ------------------
         errors = self.o_errors
+        # a bad beat of each class this cycle (a write and a completion may both
+        # land) and its fields, for the first-bad record
+        bad_of = {c: Signal(name=f"bad_{c.name.lower()}") for c in (FcClass.P, FcClass.CPL)}
+        info_of = {c: Signal(32, name=f"bad_info_{c.name.lower()}") for c in bad_of}
+        addr_of = {c: Signal(32, name=f"bad_addr_{c.name.lower()}") for c in bad_of}
         bad = Signal()
-        # the first bad beat's fields: a received beat, or a bad read request
-        bad_info, bad_addr = Signal(32), Signal(32)
+        m.d.comb += bad.eq(bad_of[FcClass.P] | bad_of[FcClass.CPL])
         took = Signal(2)          # payload beats that came in this cycle
         # completions answer the reads in order: the read being answered (its
         # tag) and the bytes of it still to come
@@ -316,25 +322,25 @@ class GpuEndpoint(wiring.Component):
                 if c == FcClass.CPL:
                     m.d.sync += next_addr.eq(Mux(staged, expect_src << STAGE_SHIFT, 0))
             with m.Elif(rx.o[c].valid):
-                m.d.comb += [bad_info.eq(got.src | (int(c) << 8) | (got.kind << 10)
-                                         | (got.dst << 16)),
-                             bad_addr.eq(got.addr)]
+                m.d.comb += [info_of[c].eq(got.src | (int(c) << 8) | (got.kind << 10)
+                                           | (got.dst << 16)),
+                             addr_of[c].eq(got.addr)]
                 with m.If((got.kind != kind) | (got.dst != self.gpu) | (got.src != from_node)):
-                    m.d.comb += bad.eq(1)
+                    m.d.comb += bad_of[c].eq(1)
                 with m.Elif(got.head):
                     # a TLP starts where the last of its class ended, after its final beat
                     with m.If((got.addr != next_addr) | (beats_left != 0) | got.last):
-                        m.d.comb += bad.eq(1)
+                        m.d.comb += bad_of[c].eq(1)
                     if c == FcClass.CPL:
                         # a completion carries its read's tag and stays inside that read
                         with m.If((got.tag != cpl_tag) | (got.length > cpl_left)
                                   | (got.length > mps)):
-                            m.d.comb += bad.eq(1)
+                            m.d.comb += bad_of[c].eq(1)
                     m.d.sync += beats_left.eq(got.length // dp)
                 with m.Else():
                     with m.If((beats_left == 0) | (got.addr != next_addr)
                               | (got.last != (beats_left == 1)) | (got.data != data)):
-                        m.d.comb += bad.eq(1)
+                        m.d.comb += bad_of[c].eq(1)
                     m.d.comb += took[c == FcClass.CPL].eq(1)
                     m.d.sync += [next_addr.eq(got.addr + dp), beats_left.eq(beats_left - 1)]
                     if c == FcClass.CPL:
@@ -350,9 +356,15 @@ class GpuEndpoint(wiring.Component):
             with m.If((bad | completer.o_bad) & (errors != 0xFFFF)):
                 m.d.sync += errors.eq(errors + 1)
             with m.If((bad | completer.o_bad) & ~self.o_first_bad[31]):
-                m.d.sync += [self.o_first_bad.eq(Mux(bad, bad_info, int(FcClass.NP) << 8)
-                                                 | (1 << 31)),
-                             self.o_first_bad_addr.eq(Mux(bad, bad_addr, 0)),
+                # a write before a completion of the same cycle; else a bad NP request
+                first = FcClass.P
+                m.d.sync += [self.o_first_bad.eq(
+                                 Mux(bad_of[first], info_of[first],
+                                     Mux(bad, info_of[FcClass.CPL], int(FcClass.NP) << 8))
+                                 | (1 << 31)),
+                             self.o_first_bad_addr.eq(
+                                 Mux(bad_of[first], addr_of[first],
+                                     Mux(bad, addr_of[FcClass.CPL], 0))),
                              self.o_first_bad_cycle.eq(self.i_now)]
             with m.If(took.any()):
                 m.d.sync += [self.o_rx_bytes.eq(self.o_rx_bytes + dp * (took[0] + took[1])),

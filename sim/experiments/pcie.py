@@ -199,7 +199,7 @@ def first_bad(counters, gpu):
     cycle = counters.get(f"gpu{gpu}.first_bad_cycle", 0)
     fc = FcClass(info >> 8 & 3).name if info >> 8 & 3 < len(FcClass) else "?"
     if fc == "NP":
-        return f"a read request this GPU could not answer, cycle {cycle}"
+        return f"a non-posted TLP that is not a memory read, cycle {cycle}"
     kind = TlpType(info >> 10 & 3).name if info >> 10 & 3 < len(TlpType) else "?"
     return (f"{kind} {fc} beat from {_node(info & 0xFF)} to {_node(info >> 16 & 0xFF)}, "
             f"address {counters.get(f'gpu{gpu}.first_bad_addr', 0):#x}, cycle {cycle}")
