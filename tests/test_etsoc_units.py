@@ -451,7 +451,7 @@ def test_runs_without_credits_write_no_credit_registers():
 def test_a_stray_flit_is_counted_and_its_source_recorded():
     """A flit from a minion that is not the running receive's partner is
     consumed, counted in ``o_errors`` and the first one's source held in
-    ``o_first_stray`` (the mesh check names it)."""
+    ``o_first_stray`` with its arrival time (the mesh check names both)."""
     me, partner, stranger = CFG.minion_id(0, 0), CFG.minion_id(1, 0), CFG.minion_id(3, 2)
     e = MinionEngine(minion=me, flit_layout=LAYOUT)
     got = {}
@@ -460,10 +460,12 @@ def test_a_stray_flit_is_counted_and_its_source_recorded():
         await _write(ctx, e, {EngineReg.TX_PEER: partner, EngineReg.RX_PEER: partner,
                               EngineReg.TX_COUNT: 0, EngineReg.RX_COUNT: 2,
                               EngineReg.NREGS: 1, EngineReg.COUPLE: Couple.NONE})
+        ctx.set(e.i_now, 500)
         ctx.set(e.i_start, 1)
         await ctx.tick()
         ctx.set(e.i_start, 0)
-        for src in (stranger, partner ^ 1):
+        for n, src in enumerate((stranger, partner ^ 1)):
+            ctx.set(e.i_now, 501 + n)
             ctx.set(e.i_req.valid, 1)
             ctx.set(e.i_req.payload.src, src)
             ctx.set(e.i_req.payload.dst, me)
@@ -472,9 +474,22 @@ def test_a_stray_flit_is_counted_and_its_source_recorded():
         ctx.set(e.i_req.valid, 0)
         await ctx.tick().repeat(4)
         got["errors"], got["first"] = ctx.get(e.o_errors), ctx.get(e.o_first_stray)
+        got["cycle"] = ctx.get(e.o_first_stray_cycle)
 
     sim = Simulator(e)
     sim.add_clock(1e-9)
     sim.add_testbench(bench)
     sim.run()
-    assert got == {"errors": 2, "first": 1 << 10 | stranger}
+    assert got == {"errors": 2, "first": 1 << 10 | stranger, "cycle": 501}
+
+
+def test_the_mesh_check_names_the_first_stray_flit():
+    from sim.experiments import mesh
+    run = {"label": "strays", "counts": {}, "expect": {}}
+    got = {"ended": "done", "checksums": {},
+           "counters": {"overflow": 0, "s3.m0.errors": (1 << 10 | 37) << 16 | 2,
+                        "s3.m0.first_stray_cycle": 1234}}
+    with pytest.raises(mesh.ExperimentError) as info:
+        mesh.check_run(CFG, run, got)
+    assert str(info.value) == ("strays: s3.m0.errors = 2 flits arrived outside a receive, the "
+                               "first from s1.m5 to s3.m0 at minion cycle 1234")

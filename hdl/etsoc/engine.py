@@ -244,6 +244,8 @@ class MinionEngine(wiring.Component):
         that arrives before its receive is posted waits instead.
     o_first_stray : Out(11)
         ``{valid, source[9:0]}`` of the first such flit of the run.
+    o_first_stray_cycle : Out(32)
+        ``i_now`` when it arrived.
     o_ready_from : Out(11)
         ``{valid, source[9:0]}`` of the READY held (for stuck reports).
     o_blocked_ready : Out(11)
@@ -279,6 +281,7 @@ class MinionEngine(wiring.Component):
             "o_tx_msgs": Out(16), "o_rx_msgs": Out(16),
             "o_first_rx": Out(32), "o_last_rx": Out(32),
             "o_checksum": Out(32), "o_errors": Out(16), "o_first_stray": Out(11),
+            "o_first_stray_cycle": Out(32),
             "o_ready_from": Out(11), "o_blocked_ready": Out(11),
             "o_tx_sum": Out(32), "o_rx_sum": Out(32), "o_sleeping": Out(1),
             "o_credits": Out(16),
@@ -373,7 +376,7 @@ class MinionEngine(wiring.Component):
             m.d.sync += fill_addr.eq(fill_addr + 1)
         with m.If(self.i_start):
             m.d.sync += [running.eq(1), tx_sent.eq(0), rx_done.eq(0), self.o_errors.eq(0),
-                         self.o_first_stray.eq(0),
+                         self.o_first_stray.eq(0), self.o_first_stray_cycle.eq(0),
                          self.o_tx_sum.eq(0), self.o_rx_sum.eq(0),
                          t_up_pending.eq(up_bit.any()), t_down.eq(below),
                          t_up_done.eq(~below.any()), t_down_done.eq(~up_bit.any())]
@@ -550,7 +553,8 @@ class MinionEngine(wiring.Component):
             m.d.sync += self.o_errors.eq(self.o_errors + 1)
 
         with m.If(stray & ~self.o_first_stray[10]):
-            m.d.sync += self.o_first_stray.eq(arriving.src | (1 << 10))
+            m.d.sync += [self.o_first_stray.eq(arriving.src | (1 << 10)),
+                         self.o_first_stray_cycle.eq(self.i_now)]
 
         # --- ACKs of the send window ----------------------------------------------
         took = window_on & self.i_req.valid & self.i_req.ready & (arriving.src == rx_peer)

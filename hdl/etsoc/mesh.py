@@ -162,7 +162,8 @@ class MeshRouter(wiring.Component):
 
 #: Per-engine counters, in address order within an engine.
 ENGINE_COUNTERS = ("tx_msgs", "rx_msgs", "first_rx", "last_rx", "checksum", "errors",
-                   "ready_from", "blocked_ready", "state", "tx_sum", "rx_sum")
+                   "ready_from", "blocked_ready", "state", "tx_sum", "rx_sum",
+                   "first_stray_cycle")
 
 
 def counter_names(cfg):
@@ -172,7 +173,8 @@ def counter_names(cfg):
     sleeping (in a credit wait with no credit); bits 8 to 23 hold the credits
     received and not yet taken.
     ``errors`` holds the stray flits counted in bits 0-15 and the first one's
-    ``{valid, source[9:0]}`` in bits 16-26;
+    ``{valid, source[9:0]}`` in bits 16-26, ``first_stray_cycle`` the minion
+    cycle (since reset) it arrived at;
     ``ready_from`` / ``blocked_ready`` are ``{valid, source[9:0]}``;
     ``tx_sum`` / ``rx_sum`` are :func:`~hdl.etsoc.engine.flit_sum` totals.
     ``router_<x>_<y>.occupied``, ``.no_credit`` and ``.in<port>.wants`` are
@@ -339,7 +341,8 @@ class EtSocMesh(wiring.Component):
             values += [e.o_tx_msgs, e.o_rx_msgs, e.o_first_rx, e.o_last_rx, e.o_checksum,
                        Cat(e.o_errors, e.o_first_stray), e.o_ready_from, e.o_blocked_ready,
                        Cat(e.o_done, e.o_init_done, e.o_verify_done, e.o_sleeping,
-                           Const(0, 4), e.o_credits), e.o_tx_sum, e.o_rx_sum]
+                           Const(0, 4), e.o_credits), e.o_tx_sum, e.o_rx_sum,
+                       e.o_first_stray_cycle]
         for y in range(cfg.mesh_rows):
             for x in range(cfg.mesh_cols):
                 router = routers[x, y]

@@ -482,7 +482,7 @@ def build_run(cfg, label, programs, dirty=None, meta=None):
                      for pp, m in zip(programs, meta)],
         "read": [f"{n}.{c}" for n in names for c in ("tx_msgs", "rx_msgs", "first_rx",
                                                       "last_rx", "errors", "tx_sum",
-                                                      "rx_sum", "state")],
+                                                      "rx_sum", "state", "first_stray_cycle")],
         "sum_pairs": sum_pairs,
         "verify": [f"{n}.checksum" for n in names],
         "on_stuck": [f"{n}.{c}" for n in names for c in ("ready_from", "blocked_ready",
@@ -548,7 +548,9 @@ def check_run(cfg, run, got):
             first = value >> 16
             raise ExperimentError(
                 f"{label}: {key} = {value & 0xFFFF} flits arrived outside a receive, the first "
-                + (f"from {minion_name(first & 0x3FF)}" if first >> 10 else "not recorded"))
+                + (f"from {minion_name(first & 0x3FF)} to {key[:-7]} at minion cycle "
+                   f"{counters.get(key[:-7] + '.first_stray_cycle', '?')}"
+                   if first >> 10 else "not recorded"))
         if key in run["counts"] and value != run["counts"][key]:
             raise ExperimentError(f"{label}: {key} = {value}, expected {run['counts'][key]}")
     for key, value in counters.items():
