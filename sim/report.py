@@ -932,6 +932,7 @@ def write_report(results_dir: Path) -> Path:
 FAULT_EXPERIMENTS = {
     ("dsm", "plane_off"): "one GX plane switched off (either one)",
     ("pcie", "link_faults"): "one GPU link trained narrower (x8, x4) or at Gen3",
+    ("mesh", "non_compute"): "traffic routed through the four non-compute cells",
 }
 
 

@@ -51,6 +51,7 @@ _RESULTS = {}
 #: instead of all 496 pairs.
 SAMPLED = {"round_trip": lambda cfg: mesh.pairs_runs(cfg, pairs=list(dict.fromkeys(
                [(0, s) for s in range(1, cfg.compute_shires)] + mesh.sample_pairs(cfg)))),
+           "non_compute": lambda cfg: mesh._non_compute_runs(cfg, cells=1),
            "one_kb": lambda cfg: mesh.pairs_runs(cfg, mesh.ONE_KB_REGISTERS,
                                                 mesh.sample_pairs(cfg)),
            "credit": lambda cfg: mesh.pairs_runs(cfg, pairs=mesh.sample_pairs(cfg, per_hop=1),
@@ -140,6 +141,7 @@ EXPECTED_ROWS = {
                "credit round trip at 0 hops (fit intercept)",
                "credit against TensorSend round trip, median pair's difference"],
     "barrier": ["FLB plus credit barrier over 32 minions (one shire)"],
+    "non_compute": ["bandwidth cost through non-compute cell"],
     "message_size": [f"{path}: {what}" for path in
                      ("tree_edge", "crossbar", "mesh_near (1 hops)", "mesh_far (8 hops)")
                      for what in ("fixed cost per message", "cost per register")],

@@ -640,19 +640,14 @@ def sample_pairs(cfg, per_hop=2):
     return [p for h in sorted(seen) for p in seen[h]]
 
 
-def pairs_runs(cfg, nregs=1, pairs=None, credits=False):
-    """Ping-pong runs between minion 0 of shire pairs (all 496 unless ``pairs``
-    lists some), packed first-fit into runs whose pairs share no shire and no
-    directed mesh link in either direction, so no two exchanges ever meet;
-    messages of ``nregs`` registers.  With ``credits`` each run is followed by
-    the same pairs passing credits (:class:`CreditPingPong`) instead, each
-    program's meta saying which (``"signal"``: ``"tensor_send"`` or
-    ``"credit"``).  Yields ``(label, programs, metas)``."""
+def pack_pairs(cfg, pairs, both_ways=True):
+    """Shire pairs ``(a, b)`` packed first-fit into rounds whose pairs share no
+    shire and no directed mesh link (of the route ``a`` to ``b``, and with
+    ``both_ways`` of ``b`` to ``a`` too), so no two pairs' traffic meets.
+    Returns ``[{"pairs": [(a, b), ...], "links": set, "shires": set}]``."""
     rounds = []
-    if pairs is None:
-        pairs = itertools.combinations(range(cfg.compute_shires), 2)
     for a, b in pairs:
-        need = set(xy_links(cfg, a, b)) | set(xy_links(cfg, b, a))
+        need = set(xy_links(cfg, a, b)) | (set(xy_links(cfg, b, a)) if both_ways else set())
         for r in rounds:
             if not (need & r["links"]) and not ({a, b} & r["shires"]):
                 break
@@ -662,7 +657,20 @@ def pairs_runs(cfg, nregs=1, pairs=None, credits=False):
         r["links"] |= need
         r["shires"] |= {a, b}
         r["pairs"].append((a, b))
-    for i, r in enumerate(rounds):
+    return rounds
+
+
+def pairs_runs(cfg, nregs=1, pairs=None, credits=False):
+    """Ping-pong runs between minion 0 of shire pairs (all 496 unless ``pairs``
+    lists some), packed first-fit into runs whose pairs share no shire and no
+    directed mesh link in either direction, so no two exchanges ever meet;
+    messages of ``nregs`` registers.  With ``credits`` each run is followed by
+    the same pairs passing credits (:class:`CreditPingPong`) instead, each
+    program's meta saying which (``"signal"``: ``"tensor_send"`` or
+    ``"credit"``).  Yields ``(label, programs, metas)``."""
+    if pairs is None:
+        pairs = itertools.combinations(range(cfg.compute_shires), 2)
+    for i, r in enumerate(pack_pairs(cfg, pairs)):
         for program, signal in ((PingPong, "tensor_send"), (CreditPingPong, "credit"))[
                 :1 + bool(credits)]:
             yield (f"round {i}{' (credits)' if signal == 'credit' else ''}: "
@@ -1117,12 +1125,13 @@ def _ring_chip_runs(cfg):
                {"ring": "mesh", "stride": k, "mean_hops": mean_hops})
 
 
-def _bytes_per_cycle(cfg, run, got):
-    """Aggregate message bytes per minion cycle of one :class:`Flows` run: each
-    receiver's ``exchanges - 1`` messages between its first and last completion."""
+def _bytes_per_cycle(cfg, run, got, names=None):
+    """Aggregate message bytes per minion cycle of one :class:`Flows` run (of
+    the minions ``names`` only, when given): each receiver's ``exchanges - 1``
+    messages between its first and last completion."""
     c = got["counters"]
     total = 0.0
-    for name in {k.rsplit(".", 1)[0] for k in run["read"]}:
+    for name in names or {k.rsplit(".", 1)[0] for k in run["read"]}:
         if c.get(f"{name}.rx_msgs"):
             span = c[f"{name}.last_rx"] - c[f"{name}.first_rx"]
             n = c[f"{name}.rx_msgs"]
@@ -1162,6 +1171,82 @@ def _ring_rows(parts):
                         "points": [[p["mean_hops"], p["gb_per_s_per_shire"]]]}
                        for p in points]}
     return [], rows, {"ring_points": points, "chart": chart}
+
+
+
+# --- streams through the non-compute cells ------------------------------------------
+
+#: 1 KB messages per stream of the non-compute experiment.
+NON_COMPUTE_MESSAGES = 16
+
+
+def non_compute_pairs(cfg):
+    """``[(cell, through, clean)]``: for each non-compute cell that some X-then-Y
+    route between compute shires passes through, the longest such route
+    ``through`` (shire pair ``(a, b)``) and a route ``clean`` of as many hops
+    that passes through compute cells only, no shire used twice.  A cell no
+    route passes through (a corner, say) is left out."""
+    idle = set(cfg.non_compute_cells)
+    used, out = set(), []
+    pairs = sorted(itertools.permutations(range(cfg.compute_shires), 2),
+                   key=lambda p: (-hops(cfg.placement[p[0]], cfg.placement[p[1]]), p))
+
+    def cells(a, b):
+        return {link[1] for link in xy_links(cfg, a, b) if isinstance(link[0], tuple)}
+    for cell in sorted(idle):
+        for through in pairs:
+            if cell not in cells(*through) or through in used:
+                continue
+            h = hops(cfg.placement[through[0]], cfg.placement[through[1]])
+            clean = next((p for p in pairs
+                          if hops(cfg.placement[p[0]], cfg.placement[p[1]]) == h
+                          and not cells(*p) & idle and p not in used), None)
+            if clean is not None:
+                used |= {through, clean}
+                out.append((cell, through, clean))
+                break
+    return out
+
+
+def _non_compute_runs(cfg, cells=None):
+    """Runs of the non-compute experiment (of the first ``cells`` cells only, when given)."""
+    chosen = non_compute_pairs(cfg)[:cells]
+    meta = {}
+    for cell, through, clean in chosen:
+        meta[through] = {"route": "through", "cell": list(cell)}
+        meta[clean] = {"route": "compute cells only", "cell": list(cell)}
+    for i, r in enumerate(pack_pairs(cfg, list(meta))):
+        flows, metas = [], []
+        for a, b in r["pairs"]:
+            flows.append(Flows(((cfg.minion_id(a, 0), cfg.minion_id(b, 0)),),
+                               nregs=RING_MESSAGE_REGISTERS, couple=Couple.NONE,
+                               exchanges=NON_COMPUTE_MESSAGES))
+            metas.append(dict(meta[a, b], shires=[a, b],
+                              hops=hops(cfg.placement[a], cfg.placement[b]),
+                              receivers=[minion_name(cfg.minion_id(b, 0))]))
+        yield (f"round {i}: " + " ".join(f"{a}->{b}" for a, b in r["pairs"]), flows, metas)
+
+
+def _non_compute_rows(cfg, runs, results):
+    gbps = {}
+    for run, got in zip(runs, results):
+        for p in run["programs"]:
+            bpc = _bytes_per_cycle(cfg, run, got, p["receivers"])
+            gbps[tuple(p["cell"]), p["route"]] = (p, bpc * cfg.minion_mhz * 1e6 / 1e9)
+    rows, points = [], []
+    for cell in sorted({c for c, _ in gbps}):
+        (pt, via), (pc, plain) = gbps[cell, "through"], gbps[cell, "compute cells only"]
+        (a, b), (c, d) = pt["shires"], pc["shires"]
+        rows.append({
+            "quantity": f"bandwidth cost through non-compute cell {cell}: shire {a} to {b} "
+                        f"({pt['hops']} hops) {via:.2f} GB/s against shire {c} to {d} "
+                        f"through compute cells only {plain:.2f} GB/s",
+            "model": 100 * (1 - via / plain), "reference": None, "unit": "%",
+            "minimum": -2.0, "maximum": 2.0,
+            "target": "within 2 % either way, every byte checked", "source": NON_COMPUTE_SOURCE})
+        points.append({"cell": list(cell), "hops": pt["hops"], "through": [a, b],
+                       "through_gb_per_s": via, "clean": [c, d], "clean_gb_per_s": plain})
+    return [], rows, {"non_compute_points": points}
 
 
 
@@ -1268,6 +1353,24 @@ EXPERIMENTS = {e.name: e for e in (
                       "Every level's receive is posted for the whole run (one ready bit per "
                       "level), so the tree takes no READY messages; a child's flits are "
                       "combined as they arrive, interleaved with its siblings'.")),
+    Experiment("non_compute", "Streams routed through the non-compute cells",
+               _non_compute_runs, _non_compute_rows, REDUCED,
+               notes=(_REDUCED_NOTE,
+                      "For each non-compute cell that an X-then-Y route between compute "
+                      "shires crosses, the longest such route and a route of as many hops "
+                      "through compute cells only each carry a stream: minion 0 of the "
+                      "source shire sends 16 messages of 1 KB to minion 0 of the "
+                      "destination, free-running. Bandwidth is message bytes per second "
+                      "(GB/s, 1e9 B/s, at the 600 MHz minion clock) from the receiver's "
+                      "completions, and every stream's data are checked in flight. Streams "
+                      "run together only when they share no shire and no directed link "
+                      "either way (the acknowledgements ride the route back), so each "
+                      "measures its route alone. At these distances the send window sets "
+                      "a stream's pace, so the rate is the route's round trip made "
+                      "visible: a slower or lossy router on the way would show as a cost.",
+                      "A non-compute cell that no X-then-Y route between compute shires "
+                      "crossed would carry no transit traffic and have no row; with the "
+                      "default placement all four are crossed.")),
     Experiment("ring_bandwidth", "Ring bandwidth: inside a shire against between shires",
                None, _ring_rows, parts=_shire_and_chip(_ring_shire_runs, _ring_chip_runs),
                notes=("Two builds. The ring inside a shire runs on one whole shire (all 32 "
