@@ -11,14 +11,16 @@ as is, which also lets the simulator builds keyed on that folder be reused.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import importlib.util
 import inspect
 import os
 import re
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +183,20 @@ def drop_zero_memory_init(text: str) -> str:
     return _ZERO_MEMORY_INIT.sub("", text)
 
 
+@contextlib.contextmanager
+def locked(directory: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``directory`` (created if missing) for the
+    ``with`` block: processes that share a build folder (parallel experiments,
+    test workers, sweep points) take turns building in it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def generate_verilog(
     component_factory: Callable[[Any], Any],
     config: Any,
@@ -227,7 +243,14 @@ def generate_verilog(
     out_path = out_dir / f"{name}.v"
     if out_path.is_file():
         return out_path
+    with locked(out_dir):
+        # Another process may have generated it while this one waited.
+        if not out_path.is_file():
+            _generate(component_factory, config, name, out_dir, out_path)
+    return out_path
 
+
+def _generate(component_factory, config, name, out_dir, out_path):
     # Imported late: loading Amaranth's back end is not needed on a cache hit.
     from amaranth.back import verilog
     from amaranth.lib import wiring
@@ -245,4 +268,3 @@ def generate_verilog(
     # back to its configuration without recomputing hashes.
     _write_atomically(out_dir / "config.txt", f"{type(config).__qualname__}: {config!r}\n")
     _write_atomically(out_path, text)
-    return out_path

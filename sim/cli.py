@@ -3,11 +3,14 @@
     fabricsim list
     fabricsim run NAME... [--set FIELD=VALUE]... [--sim verilator|icarus] [--waves]
     fabricsim report
+    fabricsim sweep NAME --grid FIELD=V1,V2,... [--set FIELD=VALUE]... [--engine local|dask]
 
 NAME is a fabric (``dsm``, ``mesh``, ``pcie``), one experiment (``dsm.one_way``) or ``all``.
 ``--set`` overrides any field of the fabric's configuration for a what-if;
 structural fields rebuild the RTL (cached by configuration), run-time fields
-only change the registers written per run.
+only change the registers written per run.  ``run`` simulates up to
+``--jobs`` experiments at once (default: one per CPU); ``sweep`` runs one
+experiment over a grid of values (see :mod:`sim.sweep`).
 """
 
 from __future__ import annotations
@@ -174,6 +177,17 @@ _BOOLEAN = {"1": True, "true": True, "yes": True, "on": True,
             "0": False, "false": False, "no": False, "off": False}
 
 
+def _jobs(text):
+    """``--jobs`` value: a positive integer."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"--jobs must be a positive integer, not {text!r}")
+    return value
+
+
 def _number(text):
     try:
         return int(text, 0)
@@ -206,104 +220,258 @@ def _cmd_list(args):
     return 0
 
 
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One planned experiment: ``parts`` is ``[(part name or None, configuration,
+    runs)]``, every run's register writes already built and checked."""
+
+    fabric: str
+    name: str
+    parts: tuple
+
+
+def _split_sets(fabrics, items):
+    """``{fabric: [FIELD=VALUE, ...]}``: with several fabrics a ``--set`` goes to
+    every fabric that has the field.
+
+    Raises
+    ------
+    UsageError
+        If a field is in none of ``fabrics``.
+    """
+    if len(fabrics) == 1:
+        return {fabrics[0]: list(items)}
+    fields = {f: {x.name for x in dataclasses.fields(_fabric(f).config)} for f in fabrics}
+    for item in items:
+        if not any(item.partition("=")[0] in names for names in fields.values()):
+            raise UsageError(f"--set field must be a field of {', '.join(fabrics)}, "
+                             f"not {item.partition('=')[0]!r}")
+    return {f: [item for item in items if item.partition("=")[0] in fields[f]]
+            for f in fabrics}
+
+
+def plan_job(fabric, name, items=()):
+    """Plan experiment ``fabric.name`` under the ``FIELD=VALUE`` strings ``items``:
+    parse the configuration, build every run's register writes.  Nothing is
+    generated or simulated.
+
+    Raises
+    ------
+    UsageError
+        On a bad field, value or experiment request (the message names the field
+        and the allowed values).
+    """
+    fab = _fabric(fabric)
+    cfg = parse_overrides(fab.config, items)
+    exp = fab.module.EXPERIMENTS[name]
+    explicit = {item.partition("=")[0] for item in items}
+    try:
+        parts = (fab.module.build_parts(cfg, exp, explicit)
+                 if hasattr(fab.module, "build_parts") else [(None, cfg)])
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    built = []
+    for part, pcfg in parts:
+        try:
+            built.append((part, pcfg, fab.module.build_runs(pcfg, exp, part)
+                          if part is not None else fab.module.build_runs(pcfg, exp)))
+        except ValueError as error:
+            raise UsageError(f"{fabric}.{name} ({part} build): {error}" if part
+                             else str(error)) from None
+    return Job(fabric, name, tuple(built))
+
+
+def job_verilog(job, build_root):
+    """``[(fabric, configuration)]`` Verilog builds ``job`` needs, each once."""
+    return list(dict.fromkeys((job.fabric, cfg.hardware()) for _, cfg, _ in job.parts))
+
+
+def generate(fabric, hardware, build_root):
+    """Generate (or find in the cache under ``build_root``) the Verilog of
+    ``fabric``'s top for the structural configuration ``hardware``; returns
+    ``(path, seconds)``."""
+    from sim.build import generate_verilog
+
+    fab = _fabric(fabric)
+    t0 = time.monotonic()
+    path = generate_verilog(fab.top, hardware, fab.top_name, build_root=Path(build_root))
+    return path, time.monotonic() - t0
+
+
+def execute_job(job, sim, build_root, run_root, waves=False):
+    """Simulate every run of ``job`` and analyse it; returns ``(result dict, number
+    of runs, seconds)``.  Verilog comes from the cache under ``build_root`` (made
+    if missing); each part's cocotb run works in ``run_root/<fabric>.<name>[.part]``.
+
+    Raises
+    ------
+    ExperimentError
+        (the fabric module's) If a run lost, duplicated or corrupted data, or stalled.
+    ValueError
+        If a result cannot be analysed.
+    """
+    from sim.runner import run_cocotb
+
+    fab = _fabric(job.fabric)
+    exp = fab.module.EXPERIMENTS[job.name]
+    t1 = time.monotonic()
+    got = {}
+    for part, cfg, runs in job.parts:
+        verilog, _ = generate(job.fabric, cfg.hardware(), build_root)
+        run_dir = f"{job.fabric}.{job.name}" + (f".{part}" if part else "")
+        got[part] = run_cocotb(verilog, fab.top_name, fab.testbench, sim=sim, waves=waves,
+                               plan=fab.module.plan(cfg, runs),
+                               test_dir=Path(run_root) / run_dir)
+    parts = job.parts
+    if parts[0][0] is None:
+        _, cfg, runs = parts[0]
+        data = fab.module.analyse(cfg, exp, runs, got[None]["runs"], sim)
+    else:
+        data = fab.module.analyse({p: c for p, c, _ in parts}, exp,
+                                  {p: r for p, _, r in parts},
+                                  {p: got[p]["runs"] for p, _, _ in parts}, sim)
+    waves_out = [str(g["waves"]) for g in got.values() if "waves" in g]
+    if waves_out:
+        data["waves"] = waves_out[0] if len(waves_out) == 1 else waves_out
+    return data, sum(len(runs) for _, _, runs in parts), time.monotonic() - t1
+
+
+def _execute_or_error(job, sim, build_root, run_root, waves=False):
+    """:func:`execute_job` for a worker process: ``(data, runs, seconds, None)``, or
+    ``(None, 0, 0, message)`` when the experiment failed."""
+    fab = _fabric(job.fabric)
+    try:
+        return (*execute_job(job, sim, build_root, run_root, waves), None)
+    except (fab.module.ExperimentError, ValueError) as error:
+        return None, 0, 0.0, str(error)
+
+
+def write_json_atomically(path, data):
+    """Write ``data`` as JSON to ``path`` through a temporary file renamed into
+    place, so an interrupted write never leaves a partial file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def pool(jobs):
+    """A process pool of ``jobs`` workers, started fresh (``spawn``) so none
+    inherits the parent's threads or locks."""
+    import concurrent.futures
+    import multiprocessing
+
+    return concurrent.futures.ProcessPoolExecutor(
+        max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
+
+
 def _cmd_run(args):
+    import concurrent.futures
+
     from rich.console import Console
 
-    from sim.build import generate_verilog
-    from sim.runner import run_cocotb
     from sim.toolchain import check_simulator
 
     console = Console(stderr=True)
     pairs = resolve_names(args.names)
     fabrics = list(dict.fromkeys(f for f, _ in pairs))
-    sets = {f: [item for item in args.set] for f in fabrics}
-    if len(fabrics) > 1 and args.set:
-        # A --set applies to every fabric that has the field.
-        for f in fabrics:
-            names = {x.name for x in dataclasses.fields(_fabric(f).config)}
-            sets[f] = [item for item in args.set if item.partition("=")[0] in names]
-        known = set().union(*({x.name for x in dataclasses.fields(_fabric(f).config)}
-                              for f in fabrics))
-        for item in args.set:
-            if item.partition("=")[0] not in known:
-                raise UsageError(f"--set field must be a field of {', '.join(fabrics)}, "
-                                 f"not {item.partition('=')[0]!r}")
+    sets = _split_sets(fabrics, args.set)
     try:
         check_simulator(args.sim)
     except (ValueError, RuntimeError) as error:
         raise UsageError(str(error)) from None
     # Every plan is built before anything is generated: bad input stops here.
-    jobs = []
-    for fabric, name in pairs:
-        fab = _fabric(fabric)
-        cfg = parse_overrides(fab.config, sets[fabric])
-        exp = fab.module.EXPERIMENTS[name]
-        explicit = {item.partition("=")[0] for item in sets[fabric]}
-        try:
-            parts = (fab.module.build_parts(cfg, exp, explicit)
-                     if hasattr(fab.module, "build_parts") else [(None, cfg)])
-        except ValueError as error:
-            raise UsageError(str(error)) from None
-        built = []
-        for part, pcfg in parts:
-            try:
-                built.append((part, pcfg, fab.module.build_runs(pcfg, exp, part)
-                              if part is not None else fab.module.build_runs(pcfg, exp)))
-            except ValueError as error:
-                raise UsageError(f"{fabric}.{name} ({part} build): {error}" if part
-                                 else str(error)) from None
-        parts = built
-        jobs.append((fabric, name, fab, exp, parts))
+    jobs = [plan_job(fabric, name, sets[fabric]) for fabric, name in pairs]
     # ... and so does a folder the results or the builds cannot be written to.
     results_dir = Path(args.results)
     _writable_folder(results_dir, "--results")
     _writable_folder(Path(args.build), "--build")
+    run_root = Path(args.build) / "runs" / args.sim
+    builds = list(dict.fromkeys(b for job in jobs for b in job_verilog(job, args.build)))
     failed = False
-    verilog_of = {}
-    for fabric, name, fab, exp, parts in jobs:
-        t1 = time.monotonic()
-        got = {}
-        for part, cfg, runs in parts:
-            key = (fabric, repr(cfg.hardware()))
-            if key not in verilog_of:
-                t0 = time.monotonic()
-                with console.status(f"{fabric}: generating Verilog (cached per configuration)"):
-                    verilog_of[key] = generate_verilog(fab.top, cfg.hardware(), fab.top_name,
-                                                       build_root=Path(args.build))
-                console.log(f"{fabric} Verilog: {verilog_of[key]} ({time.monotonic() - t0:.0f} s)")
-            verilog = verilog_of[key]
-            label = f"{fabric}.{name}" + (f" ({part})" if part else "")
-            run_dir = f"{fabric}.{name}" + (f".{part}" if part else "")
-            with console.status(f"{label}: building the simulator if needed, then {len(runs)} "
-                                f"runs on {args.sim}"):
-                got[part] = run_cocotb(verilog, fab.top_name, fab.testbench, sim=args.sim,
-                                       waves=args.waves, plan=fab.module.plan(cfg, runs),
-                                       test_dir=Path(args.build) / "runs" / args.sim / run_dir)
-        n_runs = sum(len(runs) for _, _, runs in parts)
-        try:
-            if parts[0][0] is None:
-                _, cfg, runs = parts[0]
-                data = fab.module.analyse(cfg, exp, runs, got[None]["runs"], args.sim)
-            else:
-                data = fab.module.analyse({p: c for p, c, _ in parts}, exp,
-                                          {p: r for p, _, r in parts},
-                                          {p: got[p]["runs"] for p, _, _ in parts}, args.sim)
-        except (fab.module.ExperimentError, ValueError) as error:
-            console.log(f"[red]{fabric}.{name} failed:[/red] {error}")
-            failed = True
-            continue
-        waves = [str(g["waves"]) for g in got.values() if "waves" in g]
-        if waves:
-            data["waves"] = waves[0] if len(waves) == 1 else waves
-        out = results_dir / fabric / f"{name}.json"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(f".{out.name}.tmp")
-        tmp.write_text(json.dumps(data, indent=1) + "\n")
-        os.replace(tmp, out)
-        met = sum(_met(r) for r in data["rows"])
-        console.log(f"{fabric}.{name}: {n_runs} runs in {time.monotonic() - t1:.0f} s, "
-                    f"{met}/{len(data['rows'])} rows met -> {out}")
+    with pool(args.jobs) as workers:
+        # Each distinct Verilog is generated once, the builds in parallel ...
+        with console.status(f"generating Verilog for {len(builds)} configurations "
+                            f"(cached per configuration), {args.jobs} at a time"):
+            futures = {workers.submit(generate, f, hw, args.build): f for f, hw in builds}
+            for future in concurrent.futures.as_completed(futures):
+                path, seconds = future.result()
+                console.log(f"{futures[future]} Verilog: {path} ({seconds:.0f} s)")
+        # ... then the experiments, as many at once as there are workers.
+        futures = {workers.submit(_execute_or_error, job, args.sim, args.build, run_root,
+                                  args.waves): job for job in jobs}
+        with console.status(f"{len(jobs)} experiments on {args.sim}, {args.jobs} at a time "
+                            "(each builds its simulator if needed)"):
+            for future in concurrent.futures.as_completed(futures):
+                job = futures[future]
+                data, n_runs, seconds, error = future.result()
+                if error is not None:
+                    console.log(f"[red]{job.fabric}.{job.name} failed:[/red] {error}")
+                    failed = True
+                    continue
+                out = results_dir / job.fabric / f"{job.name}.json"
+                write_json_atomically(out, data)
+                met = sum(_met(r) for r in data["rows"])
+                console.log(f"{job.fabric}.{job.name}: {n_runs} runs in {seconds:.0f} s, "
+                            f"{met}/{len(data['rows'])} rows met -> {out}")
     return 1 if failed else 0
+
+
+def _cmd_sweep(args):
+    from rich.console import Console
+    from rich.table import Table
+
+    from sim import sweep
+    from sim.toolchain import check_simulator
+
+    console = Console(stderr=True)
+    pairs = resolve_names([args.name])
+    if len(pairs) != 1 or "." not in args.name:
+        raise UsageError(f"NAME must be one experiment (fabric.experiment), not {args.name!r}")
+    fabric, name = pairs[0]
+    if args.scheduler is not None and args.engine != "dask":
+        raise UsageError("--scheduler needs --engine dask")
+    grid = sweep.parse_grid(_fabric(fabric).config, args.grid)
+    try:
+        check_simulator(args.sim)
+    except (ValueError, RuntimeError) as error:
+        raise UsageError(str(error)) from None
+    points = sweep.plan_sweep(fabric, name, grid, args.set)
+    results_dir = Path(args.results)
+    _writable_folder(results_dir / "sweep", "--results")
+    _writable_folder(Path(args.build), "--build")
+    run_root = Path(args.build) / "runs" / args.sim / "sweep" / f"{fabric}.{name}"
+
+    def progress(done, total, point, error):
+        where = ", ".join(f"{k}={v}" for k, v in point.items())
+        status = f"[red]failed:[/red] {error}" if error else "done"
+        console.log(f"[{done}/{total}] {fabric}.{name} {where}: {status}")
+    console.log(f"{fabric}.{name}: {len(points)} points on {args.engine}"
+                + (f" ({args.scheduler})" if args.scheduler else f", {args.jobs} at a time"))
+    outcomes = sweep.run_sweep(points, args.sim, args.build, run_root, engine=args.engine,
+                               jobs=args.jobs, scheduler=args.scheduler, progress=progress)
+    table = sweep.sweep_table(points, outcomes)
+    path = sweep.write_sweep(results_dir, fabric, name, grid, args.set, args.sim, args.engine,
+                             table, args.metric)
+    metric, chosen = sweep.metric_rows(table, args.metric)
+    if args.metric is not None and not chosen and any("quantity" in r for r in table):
+        quantities = list(dict.fromkeys(r["quantity"] for r in table if "quantity" in r))
+        raise UsageError(f"--metric must start a row's quantity (the table is in {path}, "
+                         f"without a plot), one of: {'; '.join(quantities)}; "
+                         f"not {args.metric!r}")
+    if chosen:
+        shown = Table(title=metric)
+        for field, _ in grid:
+            shown.add_column(field)
+        shown.add_column(f"model ({chosen[0]['unit']})")
+        shown.add_column("met")
+        for r in chosen:
+            shown.add_row(*[r["point"][f] for f, _ in grid], f"{r['model']:.4g}",
+                          "yes" if r["met"] else "no")
+        Console().print(shown)
+    print(f"sweep: {path}")
+    return 1 if any(error for _, error in outcomes) else 0
 
 
 def _met(row):
@@ -336,10 +504,28 @@ def main(argv=None):
     run.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
     run.add_argument("--sim", default=os.environ.get("FABRICSIM_SIM", "verilator"))
     run.add_argument("--waves", action="store_true", help="write a waveform per experiment")
+    run.add_argument("--jobs", "-j", type=_jobs, default=os.cpu_count() or 1, metavar="N",
+                     help="experiments simulated at once (default: one per CPU)")
     sub.add_parser("report", help="write results/report.md from results/")
+    swp = sub.add_parser("sweep", help="run one experiment over a grid of configuration values")
+    swp.add_argument("name", metavar="NAME")
+    swp.add_argument("--grid", action="append", default=[], metavar="FIELD=V1,V2,...",
+                     help="a field and its values (';' between tuple values); repeat for a "
+                          "product grid")
+    swp.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
+    swp.add_argument("--sim", default=os.environ.get("FABRICSIM_SIM", "verilator"))
+    swp.add_argument("--engine", default="local", choices=("local", "dask"),
+                     help="a local process pool (default) or a Dask cluster")
+    swp.add_argument("--scheduler", metavar="ADDRESS",
+                     help="Dask scheduler address (default: start a local Dask cluster)")
+    swp.add_argument("--jobs", "-j", type=_jobs, default=os.cpu_count() or 1, metavar="N",
+                     help="points simulated at once (default: one per CPU)")
+    swp.add_argument("--metric", metavar="TEXT",
+                     help="the row plotted: the first whose quantity starts with TEXT")
     args = parser.parse_args(argv)
     try:
-        return {"list": _cmd_list, "run": _cmd_run, "report": _cmd_report}[args.command](args)
+        return {"list": _cmd_list, "run": _cmd_run, "report": _cmd_report,
+                "sweep": _cmd_sweep}[args.command](args)
     except (UsageError, FileNotFoundError) as error:
         print(f"fabricsim: error: {error}", file=sys.stderr)
         return 2

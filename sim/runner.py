@@ -22,7 +22,6 @@ measured).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
 import importlib.util
 import json
@@ -39,6 +38,7 @@ from typing import Any
 
 from cocotb_tools.runner import Runner, Verilator, get_runner
 
+from sim.build import locked as _locked
 from sim.toolchain import check_simulator, verilator_env
 
 __all__ = ["TIMESCALE", "VERILATOR_WAIVERS", "run_cocotb"]
@@ -101,18 +101,6 @@ def _environ(updates: Mapping[str, str]) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-
-
-@contextlib.contextmanager
-def _locked(directory: Path) -> Iterator[None]:
-    # Runs in parallel processes may share one simulator build folder.
-    directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:

@@ -29,6 +29,14 @@ CASES = [
     ("unknown-simulator", ["run", "pcie.peer_copy", "--sim", "xsim"],
      "sim must be one of verilator, icarus, not 'xsim'"),
     ("unknown-flag", ["run", "dsm.one_way", "--fast"], "unrecognized arguments: --fast"),
+    ("zero-jobs", ["run", "dsm.one_way", "--jobs", "0"], "argument --jobs/-j: --jobs must be "
+                                                         "a positive integer, not '0'"),
+    ("sweep-bad-grid-field", ["sweep", "dsm.one_way", "--grid", "nosuch=1,2"],
+     "--grid field must be one of"),
+    ("sweep-bad-point", ["sweep", "dsm.one_way", "--grid", "cluster_size=2,0"],
+     "sweep point cluster_size=0: cluster_size must be"),
+    ("sweep-bad-engine", ["sweep", "dsm.one_way", "--grid", "cluster_size=2",
+                          "--engine", "slurm"], "argument --engine: invalid choice: 'slurm'"),
     # --- Hopper DSM (seed 000) -----------------------------------------------------
     ("dsm-wrong-type", ["run", "dsm.one_way", "--set", "cluster_size=two"],
      "cluster_size must be an integer"),

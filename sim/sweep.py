@@ -1,0 +1,276 @@
+"""Parameter sweeps: one experiment over a grid of configuration values.
+
+    fabricsim sweep NAME --grid FIELD=V1,V2,... [--grid ...] [--set FIELD=VALUE]...
+                    [--engine local|dask] [--scheduler ADDRESS] [--jobs N] [--metric TEXT]
+
+Every point of the grid (the product of the ``--grid`` lists) is the
+experiment ``NAME`` (``fabric.experiment``) run under the ``--set`` fields
+plus that point's values, exactly as ``fabricsim run NAME --set ...`` would
+run it.  Points are planned first (bad input stops before anything is built),
+then each distinct Verilog configuration is generated once, then the points
+are simulated: on a local process pool (``--engine local``, the default), or
+on a Dask distributed cluster (``--engine dask --scheduler ADDRESS``; without
+``--scheduler`` a local Dask cluster of ``--jobs`` workers is started).  A
+Dask cluster's workers must see the same project and build folder (a shared
+filesystem) as the machine that submits the sweep.
+
+The table lands in ``results/sweep/<fabric>.<experiment>.json`` and ``.csv``
+(one line per point and result row: the point's values, the row's quantity,
+model value, unit and whether it met its target), with a plot of the swept
+metric (the first row whose quantity starts with ``--metric``; by default the
+experiment's first row) against the first grid field in ``.png``.  The table
+is the same whichever engine ran it: the numbers are simulated cycles.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import itertools
+import os
+from pathlib import Path
+
+__all__ = ["metric_rows", "parse_grid", "plan_sweep", "run_sweep", "sweep_table", "write_sweep"]
+
+ENGINES = ("local", "dask")
+
+
+def parse_grid(config_cls, items):
+    """``[(field, [value text, ...])]`` from ``FIELD=V1,V2,...`` strings.  A
+    field whose values are tuples of numbers takes its points separated by
+    ``;`` (``--grid lanes=4,4;2,2``).
+
+    Raises
+    ------
+    UsageError
+        If a field is unknown or given twice, or has no values.
+    """
+    from sim.cli import UsageError
+
+    fields = {f.name: f for f in dataclasses.fields(config_cls)}
+    grid = []
+    for item in items:
+        name, eq, text = item.partition("=")
+        if name not in fields:
+            raise UsageError(f"--grid field must be one of {', '.join(fields)}, not {name!r}")
+        if not eq or not text.strip():
+            raise UsageError(f"--grid {name} must list values as {name}=V1,V2,..., "
+                             f"not {item!r}")
+        if any(name == g for g, _ in grid):
+            raise UsageError(f"--grid field {name!r} is given twice")
+        tuple_valued = isinstance(fields[name].default, tuple)
+        values = [v.strip() for v in text.split(";" if tuple_valued else ",")]
+        if any(not v for v in values):
+            raise UsageError(f"--grid {name} has an empty value in {text!r}")
+        grid.append((name, list(dict.fromkeys(values))))
+    if not grid:
+        raise UsageError("--grid must be given at least once (FIELD=V1,V2,...)")
+    return grid
+
+
+def plan_sweep(fabric, name, grid, items=()):
+    """``[(point, Job)]`` for every point of ``grid`` (``[(field, [values])]``),
+    each planned by :func:`sim.cli.plan_job` under ``items`` plus the point's
+    ``FIELD=VALUE`` strings; ``point`` is ``{field: value text}``.
+
+    Raises
+    ------
+    UsageError
+        If any point is bad input; the message names the point.
+    """
+    from sim.cli import UsageError, plan_job
+
+    swept = {field for field, _ in grid}
+    fixed = [item for item in items if item.partition("=")[0] not in swept]
+    out = []
+    for combo in itertools.product(*(values for _, values in grid)):
+        point = dict(zip((field for field, _ in grid), combo))
+        try:
+            job = plan_job(fabric, name, fixed + [f"{k}={v}" for k, v in point.items()])
+        except UsageError as error:
+            where = ", ".join(f"{k}={v}" for k, v in point.items())
+            raise UsageError(f"sweep point {where}: {error}") from None
+        out.append((point, job))
+    return out
+
+
+def _point_dir(run_root, index):
+    return Path(run_root) / f"p{index:03d}"
+
+
+def run_sweep(points, sim, build_root, run_root, engine="local", jobs=1, scheduler=None,
+              progress=None):
+    """Simulate every planned point; returns ``[(data or None, error or None)]`` in
+    the order of ``points``.  ``progress(done, total, point, error)`` is called as
+    each point finishes.
+
+    Raises
+    ------
+    UsageError
+        If ``engine`` is unknown or the Dask scheduler cannot be reached.
+    """
+    from sim.cli import UsageError, _execute_or_error, generate, job_verilog
+
+    if engine not in ENGINES:
+        raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+    build_root, run_root = str(Path(build_root).resolve()), Path(run_root).resolve()
+    builds = list(dict.fromkeys(b for _, job in points for b in job_verilog(job, build_root)))
+    tasks = [(job, sim, build_root, str(_point_dir(run_root, i))) for i, (_, job) in enumerate(points)]
+    out = [None] * len(points)
+    if engine == "local":
+        import concurrent.futures
+
+        from sim.cli import pool
+        with pool(jobs) as workers:
+            list(workers.map(generate, *zip(*[(f, hw, build_root) for f, hw in builds])))
+            futures = {workers.submit(_execute_or_error, *t): i for i, t in enumerate(tasks)}
+            for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
+                i = futures[future]
+                out[i] = _outcome(future.result())
+                if progress:
+                    progress(done, len(points), points[i][0], out[i][1])
+        return out
+    try:
+        from dask.distributed import Client, LocalCluster, as_completed
+    except ImportError:   # pragma: no cover - a dependency of the project
+        raise UsageError("--engine dask needs the dask and distributed packages") from None
+    cluster = None
+    try:
+        if scheduler is None:
+            cluster = LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True,
+                                   dashboard_address=None)
+            scheduler = cluster.scheduler_address
+        try:
+            client = Client(scheduler, timeout="20s")
+        except (OSError, TimeoutError) as error:
+            raise UsageError(f"--scheduler must be the address of a running Dask scheduler, "
+                             f"not {scheduler!r} ({error})") from None
+        with client:
+            made = client.map(generate, *zip(*[(f, hw, build_root) for f, hw in builds]),
+                              pure=False)
+            client.gather(made)
+            futures = [client.submit(_execute_or_error, *t, pure=False) for t in tasks]
+            index = {f.key: i for i, f in enumerate(futures)}
+            for done, future in enumerate(as_completed(futures), 1):
+                i = index[future.key]
+                out[i] = _outcome(future.result())
+                if progress:
+                    progress(done, len(points), points[i][0], out[i][1])
+    finally:
+        if cluster is not None:
+            cluster.close()
+    return out
+
+
+def _outcome(result):
+    data, _, _, error = result
+    return data, error
+
+
+def sweep_table(points, outcomes):
+    """Rows of the sweep table: one per point and result row, in point order:
+    ``{"point": {field: value}, "quantity", "model", "unit", "met"}``; a failed
+    point gives one row with ``"error"`` instead."""
+    from sim.report import row_met
+
+    table = []
+    for (point, _), (data, error) in zip(points, outcomes):
+        if error is not None:
+            table.append({"point": point, "error": error})
+            continue
+        for row in data["rows"]:
+            table.append({"point": point, "quantity": row["quantity"], "model": row["model"],
+                          "unit": row.get("unit", ""), "met": row_met(row)})
+    return table
+
+
+def metric_rows(table, metric):
+    """``(metric, rows)``: the rows of ``table`` plotted for ``metric`` (a
+    quantity prefix; ``None`` picks the first row's quantity), the first match
+    at each point, in point order."""
+    rows = [r for r in table if "error" not in r]
+    if not rows:
+        return None, []
+    if metric is None:
+        metric = rows[0]["quantity"]
+    chosen, seen = [], set()
+    for r in rows:
+        key = tuple(r["point"].items())
+        if r["quantity"].startswith(metric) and key not in seen:
+            seen.add(key)
+            chosen.append(r)
+    return metric, chosen
+
+
+def write_sweep(results_dir, fabric, name, grid, items, sim, engine, table, metric=None):
+    """Write ``<results_dir>/sweep/<fabric>.<name>.json``, ``.csv`` and ``.png``;
+    returns the JSON path.  Each file is written to a temporary name and renamed
+    when complete.  The plot is of the first row whose quantity starts with
+    ``metric`` at each point (the first row by default); it is left out when no
+    row matches.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from sim.cli import write_json_atomically
+
+    metric, chosen = metric_rows(table, metric)
+    folder = Path(results_dir) / "sweep"
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = f"{fabric}.{name}"
+    csv_path, png_path, path = (folder / f"{stem}.{ext}" for ext in ("csv", "png", "json"))
+    fields = [f for f, _ in grid]
+    text = io.StringIO()
+    writer = csv.writer(text)
+    writer.writerow(fields + ["quantity", "model", "unit", "met", "error"])
+    for r in table:
+        writer.writerow([r["point"][f] for f in fields]
+                        + [r.get("quantity", ""), r.get("model", ""), r.get("unit", ""),
+                           r.get("met", ""), r.get("error", "")])
+    _replace_text(csv_path, text.getvalue())
+    if chosen:
+        fig, ax = plt.subplots(figsize=(6.4, 4.0))
+        x_field, others = fields[0], fields[1:]
+        lines = {}
+        for r in chosen:
+            key = ", ".join(f"{f}={r['point'][f]}" for f in others) or metric
+            lines.setdefault(key, []).append((r["point"][x_field], r["model"]))
+        for key, pts in lines.items():
+            xs = [p[0] for p in pts]
+            numeric = all(_is_number(x) for x in xs)
+            ax.plot([float(x) for x in xs] if numeric else xs, [p[1] for p in pts],
+                    marker="o", label=key)
+        ax.set_xlabel(x_field)
+        ax.set_ylabel(f"{chosen[0]['unit']}".strip() or "model")
+        title = chosen[0]["quantity"]
+        ax.set_title(title if len(title) < 70 else title[:67] + "...", fontsize=9)
+        if len(lines) > 1 or others:
+            ax.legend(fontsize=7)
+        ax.grid(True, alpha=0.3)
+        fig.tight_layout()
+        tmp = folder / f".{stem}.png.tmp"
+        fig.savefig(tmp, format="png", dpi=110)
+        plt.close(fig)
+        os.replace(tmp, png_path)
+    write_json_atomically(path, {
+        "fabric": fabric, "experiment": name, "simulator": sim, "engine": engine,
+        "grid": {f: v for f, v in grid}, "fixed": list(items), "metric": metric,
+        "plot": png_path.name if chosen else None, "rows": table})
+    return path
+
+
+def _is_number(text):
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _replace_text(path, text):
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

@@ -1,0 +1,112 @@
+"""``fabricsim sweep``: grid parsing, bad input, and the same table from the
+local process pool and a local Dask cluster."""
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from hdl.pcie.config import PcieConfig
+from sim import sweep
+from sim.cli import UsageError, main
+
+BUILD = Path(__file__).resolve().parent.parent / "build"
+
+
+@pytest.mark.parametrize("items,message", [
+    (["no_such_field=1,2"], "--grid field must be one of"),
+    (["lanes"], "must list values as lanes=V1,V2"),
+    (["lanes="], "must list values as lanes=V1,V2"),
+    (["lanes=4,8", "lanes=16"], "given twice"),
+    (["lanes=4,,8"], "empty value"),
+    ([], "--grid must be given at least once"),
+])
+def test_bad_grid_is_refused(items, message):
+    with pytest.raises(UsageError, match=message):
+        sweep.parse_grid(PcieConfig, items)
+
+
+def test_grid_values_parse_in_order_without_repeats():
+    assert sweep.parse_grid(PcieConfig, ["lanes=16,8,16", "generation=3,4"]) == \
+        [("lanes", ["16", "8"]), ("generation", ["3", "4"])]
+
+
+def test_a_bad_point_names_the_point():
+    grid = sweep.parse_grid(PcieConfig, ["lanes=16,7"])
+    with pytest.raises(UsageError, match=r"sweep point lanes=7: lanes must be"):
+        sweep.plan_sweep("pcie", "peer_copy", grid)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["sweep", "pcie", "--grid", "lanes=8,16"], "NAME must be one experiment"),
+    (["sweep", "pcie.peer_copy", "--grid", "lanes=8,16", "--scheduler", "tcp://x:1"],
+     "--scheduler needs --engine dask"),
+    (["sweep", "pcie.peer_copy", "--grid", "lanes=8,99"], "sweep point lanes=99"),
+    (["sweep", "pcie.peer_copy"], "--grid must be given at least once"),
+    (["sweep", "pcie.nothing", "--grid", "lanes=8"], "experiment must be one of"),
+])
+def test_bad_sweep_requests_exit_2_with_one_line(tmp_path, capsys, argv, message):
+    status = main(["--results", str(tmp_path / "r"), "--build", str(tmp_path / "b"), *argv])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert message in err and err.count("\n") == 1
+    assert not (tmp_path / "r" / "sweep").exists() or not any((tmp_path / "r" / "sweep").iterdir())
+
+
+def test_a_failed_point_is_listed_with_its_error(tmp_path):
+    """The table keeps every point in order; a failed one carries its error and
+    no model value, and the plot holds the points that ran."""
+    rows = [{"quantity": "pair_same: [0,1]", "model": 25.1, "reference": 25.2,
+             "unit": "GB/s", "tolerance_pct": 5}]
+    points = [({"lanes": "8"}, None), ({"lanes": "16"}, None)]
+    outcomes = [(None, "run 3 ended stuck"), ({"rows": rows}, None)]
+    table = sweep.sweep_table(points, outcomes)
+    assert table[0] == {"point": {"lanes": "8"}, "error": "run 3 ended stuck"}
+    assert table[1]["model"] == 25.1 and table[1]["met"]
+    path = sweep.write_sweep(tmp_path, "pcie", "peer_copy", [("lanes", ["8", "16"])], [],
+                             "verilator", "local", table, "pair_same")
+    data = json.loads(path.read_text())
+    assert data["rows"] == table and data["plot"] == "pcie.peer_copy.png"
+    with open(tmp_path / "sweep" / "pcie.peer_copy.csv", newline="") as f:
+        lines = list(csv.DictReader(f))
+    assert lines[0]["error"] == "run 3 ended stuck" and lines[0]["model"] == ""
+    assert sweep.metric_rows(table, "no such row") == ("no such row", [])
+
+
+def _sweep(tmp_path, engine, grid=("lanes=8,16",)):
+    results = tmp_path / engine
+    argv = ["--results", str(results), "--build", str(BUILD), "sweep", "pcie.peer_copy",
+            *(a for g in grid for a in ("--grid", g)), "--engine", engine, "--jobs", "2",
+            "--metric", "pair_same"]
+    assert main(argv) == 0
+    return results / "sweep"
+
+
+def test_local_pool_and_dask_cluster_give_the_same_table(tmp_path):
+    """Two points of the PCIe peer-copy table, on the local process pool and on
+    a local Dask cluster: the same rows, and the narrower link is slower."""
+    local, dask = _sweep(tmp_path, "local"), _sweep(tmp_path, "dask")
+    a = json.loads((local / "pcie.peer_copy.json").read_text())
+    b = json.loads((dask / "pcie.peer_copy.json").read_text())
+    assert (a["engine"], b["engine"]) == ("local", "dask")
+    assert a["rows"] == b["rows"] and a["rows"]
+    assert not any("error" in r for r in a["rows"])
+    single = {r["point"]["lanes"]: r["model"] for r in a["rows"]
+              if r["quantity"].startswith("pair_same")}
+    assert single["8"] < 0.6 * single["16"]
+    with open(local / "pcie.peer_copy.csv", newline="") as f:
+        table = list(csv.DictReader(f))
+    assert len(table) == len(a["rows"]) and {r["lanes"] for r in table} == {"8", "16"}
+    assert (local / "pcie.peer_copy.png").stat().st_size > 1000
+    assert not list(local.glob(".*.tmp"))
+
+
+@pytest.mark.slow
+def test_a_twenty_point_sweep_is_the_same_on_both_engines(tmp_path):
+    """Link width by Ack cadence, 5 x 4 points (under ``make soak``)."""
+    grid = ("lanes=1,2,4,8,16", "ack_every_tlps=1,2,4,8")
+    a = json.loads((_sweep(tmp_path, "local", grid) / "pcie.peer_copy.json").read_text())
+    b = json.loads((_sweep(tmp_path, "dask", grid) / "pcie.peer_copy.json").read_text())
+    assert len({tuple(r["point"].items()) for r in a["rows"]}) == 20
+    assert a["rows"] == b["rows"] and not any("error" in r for r in a["rows"])
