@@ -338,12 +338,16 @@ def execute_job(job, sim, build_root, run_root, waves=False):
 
 def _execute_or_error(job, sim, build_root, run_root, waves=False):
     """:func:`execute_job` for a worker process: ``(data, runs, seconds, None)``, or
-    ``(None, 0, 0, message)`` when the experiment failed."""
+    ``(None, 0, 0, message)`` when the experiment failed in any way (a run that
+    lost data or stalled, a failed build, a simulator that crashed), so one
+    failure never takes the others' results with it."""
     fab = _fabric(job.fabric)
     try:
         return (*execute_job(job, sim, build_root, run_root, waves), None)
     except (fab.module.ExperimentError, ValueError) as error:
         return None, 0, 0.0, str(error)
+    except Exception as error:   # noqa: BLE001 - reported per experiment, not raised
+        return None, 0, 0.0, f"{type(error).__name__}: {error}"
 
 
 def write_json_atomically(path, data):
@@ -439,15 +443,16 @@ def _cmd_sweep(args):
         raise UsageError(str(error)) from None
     points = sweep.plan_sweep(fabric, name, grid, args.set)
     results_dir = Path(args.results)
-    _writable_folder(results_dir / "sweep", "--results")
     _writable_folder(Path(args.build), "--build")
+    _writable_folder(results_dir, "--results")
     run_root = Path(args.build) / "runs" / args.sim / "sweep" / f"{fabric}.{name}"
 
     def progress(done, total, point, error):
         where = ", ".join(f"{k}={v}" for k, v in point.items())
         status = f"[red]failed:[/red] {error}" if error else "done"
         console.log(f"[{done}/{total}] {fabric}.{name} {where}: {status}")
-    console.log(f"{fabric}.{name}: {len(points)} points on {args.engine}"
+    console.log(f"{fabric}.{name}: {len(points)} point{'s' * (len(points) != 1)} on "
+                f"{args.engine}"
                 + (f" ({args.scheduler})" if args.scheduler else f", {args.jobs} at a time"))
     outcomes = sweep.run_sweep(points, args.sim, args.build, run_root, engine=args.engine,
                                jobs=args.jobs, scheduler=args.scheduler, progress=progress)
@@ -510,8 +515,8 @@ def main(argv=None):
     swp = sub.add_parser("sweep", help="run one experiment over a grid of configuration values")
     swp.add_argument("name", metavar="NAME")
     swp.add_argument("--grid", action="append", default=[], metavar="FIELD=V1,V2,...",
-                     help="a field and its values (';' between tuple values); repeat for a "
-                          "product grid")
+                     help="a field and its values (';' between the values of a tuple or string "
+                          "field); repeat for a product grid")
     swp.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
     swp.add_argument("--sim", default=os.environ.get("FABRICSIM_SIM", "verilator"))
     swp.add_argument("--engine", default="local", choices=("local", "dask"),
@@ -529,6 +534,9 @@ def main(argv=None):
     except (UsageError, FileNotFoundError) as error:
         print(f"fabricsim: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("fabricsim: interrupted; results finished before it are kept", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

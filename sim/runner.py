@@ -31,6 +31,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import xml.etree.ElementTree as ElementTree
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -254,6 +255,9 @@ def _waves_path(sim: str, toplevel: str, test_dir: Path) -> Path:
     return test_dir / f"{toplevel}.fst"
 
 
+_PROCESS_ENVIRONMENT = threading.Lock()
+
+
 def run_cocotb(
     verilog: Path,
     toplevel: str,
@@ -335,8 +339,9 @@ def run_cocotb(
     each new configuration.
 
     ``os.environ`` is changed while the simulator runs and restored after, so
-    call this from one thread at a time; run parallel simulations in separate
-    processes (they may share a build folder: its build is locked).
+    calls from several threads of one process take turns (a lock); run
+    parallel simulations in separate processes (they may share a build
+    folder: its build is locked).
     """
     check_simulator(sim)
     if timeout_s is not None and not timeout_s > 0:
@@ -406,7 +411,9 @@ def run_cocotb(
     elif waves and sim == "icarus":
         plusargs = [f"+dumpfile_path={waves_path}"]
 
-    with _environ(process_env):
+    # The runner reads the process's environment (and lets it override
+    # extra_env), so threads of one process (a Dask worker's) take turns.
+    with _PROCESS_ENVIRONMENT, _environ(process_env):
         runner = _make_runner(sim, internal_signals)
         # Failures are raised below with their details; the runner's own
         # log lines would only repeat them.

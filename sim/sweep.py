@@ -29,6 +29,7 @@ import dataclasses
 import io
 import itertools
 import os
+import tempfile
 from pathlib import Path
 
 __all__ = ["metric_rows", "parse_grid", "plan_sweep", "run_sweep", "sweep_table", "write_sweep"]
@@ -38,8 +39,9 @@ ENGINES = ("local", "dask")
 
 def parse_grid(config_cls, items):
     """``[(field, [value text, ...])]`` from ``FIELD=V1,V2,...`` strings.  A
-    field whose values are tuples of numbers takes its points separated by
-    ``;`` (``--grid lanes=4,4;2,2``).
+    field whose values are tuples of numbers or strings takes its points
+    separated by ``;`` (``--grid payload_kib=16,32;64``, ``--grid
+    "gx_planes=gx0,gx1;gx0"``), since its values may hold commas.
 
     Raises
     ------
@@ -59,8 +61,9 @@ def parse_grid(config_cls, items):
                              f"not {item!r}")
         if any(name == g for g, _ in grid):
             raise UsageError(f"--grid field {name!r} is given twice")
-        tuple_valued = isinstance(fields[name].default, tuple)
-        values = [v.strip() for v in text.split(";" if tuple_valued else ",")]
+        # A tuple's values, or a string's, may hold commas themselves.
+        spaced = isinstance(fields[name].default, (tuple, str))
+        values = [v.strip() for v in text.split(";" if spaced else ",")]
         if any(not v for v in values):
             raise UsageError(f"--grid {name} has an empty value in {text!r}")
         grid.append((name, list(dict.fromkeys(values))))
@@ -82,15 +85,23 @@ def plan_sweep(fabric, name, grid, items=()):
     from sim.cli import UsageError, plan_job
 
     swept = {field for field, _ in grid}
-    fixed = [item for item in items if item.partition("=")[0] not in swept]
-    out = []
+    for item in items:
+        if item.partition("=")[0] in swept:
+            raise UsageError(f"--set {item.partition('=')[0]} is also a --grid field; "
+                             "give it in one of them")
+    out, seen = [], {}
     for combo in itertools.product(*(values for _, values in grid)):
         point = dict(zip((field for field, _ in grid), combo))
+        where = ", ".join(f"{k}={v}" for k, v in point.items())
         try:
-            job = plan_job(fabric, name, fixed + [f"{k}={v}" for k, v in point.items()])
+            job = plan_job(fabric, name, list(items) + [f"{k}={v}" for k, v in point.items()])
         except UsageError as error:
-            where = ", ".join(f"{k}={v}" for k, v in point.items())
             raise UsageError(f"sweep point {where}: {error}") from None
+        key = tuple(cfg for _, cfg, _ in job.parts)
+        if key in seen:
+            raise UsageError(f"sweep points {seen[key]} and {where} are the same "
+                             "configuration; list each value once")
+        seen[key] = where
         out.append((point, job))
     return out
 
@@ -115,6 +126,9 @@ def run_sweep(points, sim, build_root, run_root, engine="local", jobs=1, schedul
     if engine not in ENGINES:
         raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     build_root, run_root = str(Path(build_root).resolve()), Path(run_root).resolve()
+    # A folder of its own, so two sweeps of one experiment never share run files.
+    run_root.mkdir(parents=True, exist_ok=True)
+    run_root = Path(tempfile.mkdtemp(prefix="sweep-", dir=run_root))
     builds = list(dict.fromkeys(b for _, job in points for b in job_verilog(job, build_root)))
     tasks = [(job, sim, build_root, str(_point_dir(run_root, i))) for i, (_, job) in enumerate(points)]
     out = [None] * len(points)
@@ -142,8 +156,8 @@ def run_sweep(points, sim, build_root, run_root, engine="local", jobs=1, schedul
                                    dashboard_address=None)
             scheduler = cluster.scheduler_address
         try:
-            client = Client(scheduler, timeout="20s")
-        except (OSError, TimeoutError) as error:
+            client = Client(scheduler, timeout="10s")
+        except (OSError, TimeoutError, ValueError) as error:
             raise UsageError(f"--scheduler must be the address of a running Dask scheduler, "
                              f"not {scheduler!r} ({error})") from None
         with client:
@@ -239,10 +253,9 @@ def write_sweep(results_dir, fabric, name, grid, items, sim, engine, table, metr
             key = ", ".join(f"{f}={r['point'][f]}" for f in others) or metric
             lines.setdefault(key, []).append((r["point"][x_field], r["model"]))
         for key, pts in lines.items():
-            xs = [p[0] for p in pts]
-            numeric = all(_is_number(x) for x in xs)
-            ax.plot([float(x) for x in xs] if numeric else xs, [p[1] for p in pts],
-                    marker="o", label=key)
+            if all(_is_number(x) for x, _ in pts):
+                pts = sorted((float(x), y) for x, y in pts)
+            ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=key)
         ax.set_xlabel(x_field)
         ax.set_ylabel(f"{chosen[0]['unit']}".strip() or "model")
         title = chosen[0]["quantity"]
@@ -255,6 +268,9 @@ def write_sweep(results_dir, fabric, name, grid, items, sim, engine, table, metr
         fig.savefig(tmp, format="png", dpi=110)
         plt.close(fig)
         os.replace(tmp, png_path)
+    else:
+        # No row to plot: a plot left from an earlier sweep would not match the table.
+        png_path.unlink(missing_ok=True)
     write_json_atomically(path, {
         "fabric": fabric, "experiment": name, "simulator": sim, "engine": engine,
         "grid": {f: v for f, v in grid}, "fixed": list(items), "metric": metric,

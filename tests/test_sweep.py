@@ -27,6 +27,24 @@ def test_bad_grid_is_refused(items, message):
         sweep.parse_grid(PcieConfig, items)
 
 
+def test_a_string_field_takes_semicolons_since_its_values_hold_commas():
+    from hdl.hopper.config import DsmConfig
+    assert sweep.parse_grid(DsmConfig, ["gx_planes=gx0,gx1;gx0"]) == \
+        [("gx_planes", ["gx0,gx1", "gx0"])]
+
+
+def test_a_field_both_set_and_swept_is_refused():
+    grid = sweep.parse_grid(PcieConfig, ["lanes=8,16"])
+    with pytest.raises(UsageError, match="--set lanes is also a --grid field"):
+        sweep.plan_sweep("pcie", "peer_copy", grid, ["lanes=4"])
+
+
+def test_two_spellings_of_one_value_are_refused():
+    grid = sweep.parse_grid(PcieConfig, ["lanes=8,0x8"])
+    with pytest.raises(UsageError, match="sweep points lanes=8 and lanes=0x8 are the same"):
+        sweep.plan_sweep("pcie", "peer_copy", grid)
+
+
 def test_grid_values_parse_in_order_without_repeats():
     assert sweep.parse_grid(PcieConfig, ["lanes=16,8,16", "generation=3,4"]) == \
         [("lanes", ["16", "8"]), ("generation", ["3", "4"])]
@@ -72,21 +90,32 @@ def test_a_failed_point_is_listed_with_its_error(tmp_path):
         lines = list(csv.DictReader(f))
     assert lines[0]["error"] == "run 3 ended stuck" and lines[0]["model"] == ""
     assert sweep.metric_rows(table, "no such row") == ("no such row", [])
+    # a later table with nothing to plot takes the old plot away
+    sweep.write_sweep(tmp_path, "pcie", "peer_copy", [("lanes", ["8"])], [], "verilator",
+                      "local", table[:1], "pair_same")
+    assert not (tmp_path / "sweep" / "pcie.peer_copy.png").exists()
 
 
-def _sweep(tmp_path, engine, grid=("lanes=8,16",)):
+def _sweep(tmp_path, engine, grid=("lanes=8,16",), scheduler=None):
     results = tmp_path / engine
     argv = ["--results", str(results), "--build", str(BUILD), "sweep", "pcie.peer_copy",
             *(a for g in grid for a in ("--grid", g)), "--engine", engine, "--jobs", "2",
-            "--metric", "pair_same"]
+            "--metric", "pair_same", *(["--scheduler", scheduler] if scheduler else [])]
     assert main(argv) == 0
     return results / "sweep"
 
 
 def test_local_pool_and_dask_cluster_give_the_same_table(tmp_path):
     """Two points of the PCIe peer-copy table, on the local process pool and on
-    a local Dask cluster: the same rows, and the narrower link is slower."""
-    local, dask = _sweep(tmp_path, "local"), _sweep(tmp_path, "dask")
+    a Dask cluster reached by its address, whose one worker runs two threads
+    (so both points run in one process): the same rows, and the narrower link
+    is slower."""
+    from dask.distributed import LocalCluster
+
+    local = _sweep(tmp_path, "local")
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=True,
+                      dashboard_address=None) as cluster:
+        dask = _sweep(tmp_path, "dask", scheduler=cluster.scheduler_address)
     a = json.loads((local / "pcie.peer_copy.json").read_text())
     b = json.loads((dask / "pcie.peer_copy.json").read_text())
     assert (a["engine"], b["engine"]) == ("local", "dask")
