@@ -24,7 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["main", "parse_overrides", "resolve_names"]
+__all__ = ["Job", "UsageError", "execute_job", "execute_or_error", "generate", "job_verilog",
+           "main", "parse_overrides", "plan_job", "pool", "resolve_names",
+           "write_json_atomically"]
 
 FABRICS = ("dsm", "mesh", "pcie")
 
@@ -281,7 +283,7 @@ def plan_job(fabric, name, items=()):
     return Job(fabric, name, tuple(built))
 
 
-def job_verilog(job, build_root):
+def job_verilog(job):
     """``[(fabric, configuration)]`` Verilog builds ``job`` needs, each once."""
     return list(dict.fromkeys((job.fabric, cfg.hardware()) for _, cfg, _ in job.parts))
 
@@ -336,7 +338,7 @@ def execute_job(job, sim, build_root, run_root, waves=False):
     return data, sum(len(runs) for _, _, runs in parts), time.monotonic() - t1
 
 
-def _execute_or_error(job, sim, build_root, run_root, waves=False):
+def execute_or_error(job, sim, build_root, run_root, waves=False):
     """:func:`execute_job` for a worker process: ``(data, runs, seconds, None)``, or
     ``(None, 0, 0, message)`` when the experiment failed in any way (a run that
     lost data or stalled, a failed build, a simulator that crashed), so one
@@ -392,7 +394,7 @@ def _cmd_run(args):
     _writable_folder(results_dir, "--results")
     _writable_folder(Path(args.build), "--build")
     run_root = Path(args.build) / "runs" / args.sim
-    builds = list(dict.fromkeys(b for job in jobs for b in job_verilog(job, args.build)))
+    builds = list(dict.fromkeys(b for job in jobs for b in job_verilog(job)))
     failed = False
     with pool(args.jobs) as workers:
         # Each distinct Verilog is generated once, the builds in parallel ...
@@ -400,10 +402,16 @@ def _cmd_run(args):
                             f"(cached per configuration), {args.jobs} at a time"):
             futures = {workers.submit(generate, f, hw, args.build): f for f, hw in builds}
             for future in concurrent.futures.as_completed(futures):
-                path, seconds = future.result()
+                try:
+                    path, seconds = future.result()
+                except Exception as error:   # noqa: BLE001 - each experiment reports it
+                    console.log(f"[red]{futures[future]} Verilog generation failed:[/red] "
+                                f"{type(error).__name__}: {error}")
+                    failed = True
+                    continue
                 console.log(f"{futures[future]} Verilog: {path} ({seconds:.0f} s)")
         # ... then the experiments, as many at once as there are workers.
-        futures = {workers.submit(_execute_or_error, job, args.sim, args.build, run_root,
+        futures = {workers.submit(execute_or_error, job, args.sim, args.build, run_root,
                                   args.waves): job for job in jobs}
         with console.status(f"{len(jobs)} experiments on {args.sim}, {args.jobs} at a time "
                             "(each builds its simulator if needed)"):

@@ -121,7 +121,7 @@ def run_sweep(points, sim, build_root, run_root, engine="local", jobs=1, schedul
     UsageError
         If ``engine`` is unknown or the Dask scheduler cannot be reached.
     """
-    from sim.cli import UsageError, _execute_or_error, generate, job_verilog
+    from sim.cli import UsageError, execute_or_error, generate, job_verilog
 
     if engine not in ENGINES:
         raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
@@ -129,7 +129,7 @@ def run_sweep(points, sim, build_root, run_root, engine="local", jobs=1, schedul
     # A folder of its own, so two sweeps of one experiment never share run files.
     run_root.mkdir(parents=True, exist_ok=True)
     run_root = Path(tempfile.mkdtemp(prefix="sweep-", dir=run_root))
-    builds = list(dict.fromkeys(b for _, job in points for b in job_verilog(job, build_root)))
+    builds = list(dict.fromkeys(b for _, job in points for b in job_verilog(job)))
     tasks = [(job, sim, build_root, str(_point_dir(run_root, i))) for i, (_, job) in enumerate(points)]
     out = [None] * len(points)
     if engine == "local":
@@ -137,8 +137,10 @@ def run_sweep(points, sim, build_root, run_root, engine="local", jobs=1, schedul
 
         from sim.cli import pool
         with pool(jobs) as workers:
-            list(workers.map(generate, *zip(*[(f, hw, build_root) for f, hw in builds])))
-            futures = {workers.submit(_execute_or_error, *t): i for i, t in enumerate(tasks)}
+            # A configuration that fails to generate fails its points, each listed.
+            concurrent.futures.wait([workers.submit(generate, f, hw, build_root)
+                                     for f, hw in builds])
+            futures = {workers.submit(execute_or_error, *t): i for i, t in enumerate(tasks)}
             for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
                 i = futures[future]
                 out[i] = _outcome(future.result())
@@ -163,8 +165,8 @@ def run_sweep(points, sim, build_root, run_root, engine="local", jobs=1, schedul
         with client:
             made = client.map(generate, *zip(*[(f, hw, build_root) for f, hw in builds]),
                               pure=False)
-            client.gather(made)
-            futures = [client.submit(_execute_or_error, *t, pure=False) for t in tasks]
+            client.gather(made, errors="skip")
+            futures = [client.submit(execute_or_error, *t, pure=False) for t in tasks]
             index = {f.key: i for i, f in enumerate(futures)}
             for done, future in enumerate(as_completed(futures), 1):
                 i = index[future.key]
