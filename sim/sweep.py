@@ -143,7 +143,7 @@ def run_sweep(points, sim, build_root, run_root, engine="local", jobs=1, schedul
             futures = {workers.submit(execute_or_error, *t): i for i, t in enumerate(tasks)}
             for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
                 i = futures[future]
-                out[i] = _outcome(future.result())
+                out[i] = _outcome(future)
                 if progress:
                     progress(done, len(points), points[i][0], out[i][1])
         return out
@@ -170,7 +170,7 @@ def run_sweep(points, sim, build_root, run_root, engine="local", jobs=1, schedul
             index = {f.key: i for i, f in enumerate(futures)}
             for done, future in enumerate(as_completed(futures), 1):
                 i = index[future.key]
-                out[i] = _outcome(future.result())
+                out[i] = _outcome(future)
                 if progress:
                     progress(done, len(points), points[i][0], out[i][1])
     finally:
@@ -179,8 +179,13 @@ def run_sweep(points, sim, build_root, run_root, engine="local", jobs=1, schedul
     return out
 
 
-def _outcome(result):
-    data, _, _, error = result
+def _outcome(future):
+    """``(data, error)`` of a finished point; a worker that died (a killed
+    process, a lost Dask worker) fails only its point."""
+    try:
+        data, _, _, error = future.result()
+    except Exception as error:   # noqa: BLE001 - listed with the point
+        return None, f"{type(error).__name__}: {error}"
     return data, error
 
 
