@@ -14,7 +14,7 @@ PACKAGES := $(wildcard hdl/__init__.py sim/__init__.py testbenches/__init__.py)
 
 export FABRICSIM_SIM := $(SIM)
 
-.PHONY: venv report test soak prove clean
+.PHONY: venv report test soak prove bench clean
 
 venv: $(STAMP)
 
@@ -50,6 +50,12 @@ soak: venv
 # coalescer, a GX plane and a mesh router; writes results/proofs.json.
 prove: venv
 	$(BIN)/python -m sim.prove
+
+# Simulated cycles per second of each fabric's top under a bare C++ Verilator
+# harness, cocotb with Verilator (and Icarus when installed) and Amaranth's
+# Python simulator; writes results/bench.json for the report.
+bench: venv
+	$(BIN)/python -m sim.bench
 
 clean:
 	rm -rf build results

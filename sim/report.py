@@ -913,6 +913,7 @@ def write_report(results_dir: Path) -> Path:
 
     lines += _verification_section(results_dir)
     lines += _faults_survived(results)
+    lines += _bench_section(results_dir)
 
     current_fabric = None
     for result in results:
@@ -948,6 +949,37 @@ def _faults_survived(results) -> list[str]:
     lines = ["Faults the hardware tolerates: every run completed with every byte checked; "
              "the bandwidth cost is in each experiment's section.", ""]
     return lines + _md_table(["experiment", "fault", "rows met"], table) + [""]
+
+
+BENCH_NAME = "bench.json"
+
+
+def _bench_section(results_dir: Path) -> list[str]:
+    """The simulation-speed table of ``results_dir / bench.json`` (written by
+    ``make bench``), or nothing when there is none.
+
+    Raises
+    ------
+    ValueError
+        If the file is malformed; the message names the file and the key.
+    """
+    path = results_dir / BENCH_NAME
+    if not path.is_file():
+        return []
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))["rows"]
+        table = [[str(r["top"]), str(r["simulator"]), f"{int(r['cycles']):,}",
+                  f"{float(r['wall_s']):.2f}", f"{float(r['cycles_per_s']):,.0f}",
+                  f"{float(r['ratio_to_bare']):.3f}", f"{float(r['build_s']):.0f}",
+                  f"{float(r['peak_rss_mib']):.0f}"] for r in rows]
+    except (ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"{path}: not a bench file ({type(error).__name__}: {error})") from None
+    return (["## Simulation speed", "",
+             "Simulated cycles per second of each top's main clock on one workload, "
+             "measured in one `make bench` run; the bare harness is a C++ main around "
+             "the Verilated top with no Python, the upper limit on this machine.", ""]
+            + _md_table(["top", "simulator", "cycles", "wall s", "cycles/s", "ratio to bare",
+                         "build s", "peak RSS MiB"], table) + [""])
 
 
 PROOFS_NAME = "proofs.json"

@@ -1,0 +1,433 @@
+"""Simulation speed: cycles per second of a fabric's top under each simulator.
+
+    python -m sim.bench [FABRIC...] [--megacycles N]      (``make bench``)
+
+One workload per top, the same register writes and start pulses for every
+simulator, long enough (about a million cycles of the top's main clock by
+default) that start-up does not count:
+
+- ``pcie``: the eight-GPU PCIe machine, four disjoint peer-copy pairs pushing
+  ``--megacycles`` x 25 MB each (seed 001's Gen4 x16 links move about 25 B per
+  1 GHz cycle).
+
+Each workload runs
+
+- ``verilator-bare``: a C++ main of our own around the Verilated top, no
+  Python and no VPI, the upper limit on this machine;
+- ``verilator-cocotb``: the project's own path (``sim.runner.run_cocotb``
+  and the fabric's cocotb testbench);
+- ``icarus-cocotb``: the same under Icarus, when ``iverilog`` is on PATH;
+- ``amaranth-pysim``: Amaranth's Python simulator on the same design, for the
+  first ``--pysim-cycles`` cycles only (it is thousands of times slower).
+
+Rows go to ``results/bench.json`` (``{"rows": [{"top", "simulator",
+"cycles", "wall_s", "cycles_per_s", "ratio_to_bare", "build_s",
+"peak_rss_mib"}]}``), measured in one run; ``cycles`` counts rising edges of
+the top's main clock, ``wall_s`` the simulation alone (not the build),
+``build_s`` the simulator build's seconds in this run (near 0 when it was
+cached), ``peak_rss_mib`` the simulator process's peak resident memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+__all__ = ["WORKLOADS", "bare_harness", "main", "ops_of_plan", "run_bare"]
+
+#: The C++ harness: reads ``W addr value`` (one register write, one cycle),
+#: ``S port value`` (hold an input), ``P port`` (pulse an input for one cycle)
+#: and ``U port port2 max`` (run until either output is high, at most ``max``
+#: cycles) from the file named by its first argument, and prints the cycles
+#: and wall seconds.  PORTS lines are generated per top.
+_HARNESS = r"""
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include "Vtop.h"
+#include "verilated.h"
+
+static Vtop* top;
+static uint64_t cycles = 0;
+
+static void tick() {
+%(tick)s
+    ++cycles;
+}
+
+static void set_input(const std::string& name, uint64_t value) {
+%(inputs)s
+    std::fprintf(stderr, "unknown input %%s\n", name.c_str());
+    std::exit(2);
+}
+
+static bool output_high(const std::string& name) {
+%(outputs)s
+    std::fprintf(stderr, "unknown output %%s\n", name.c_str());
+    std::exit(2);
+}
+
+int main(int argc, char** argv) {
+    if (argc < 2) { std::fprintf(stderr, "usage: %%s OPS\n", argv[0]); return 2; }
+    Verilated::commandArgs(argc, argv);
+    top = new Vtop;
+%(reset_on)s
+    for (int i = 0; i < 4; ++i) tick();
+%(reset_off)s
+    tick();
+    std::ifstream in(argv[1]);
+    auto t0 = std::chrono::steady_clock::now();
+    std::string op;
+    while (in >> op) {
+        if (op == "W") {
+            uint64_t addr, value;
+            in >> addr >> value;
+            top->cfg_addr = addr; top->cfg_data = value; top->cfg_we = 1;
+            tick();
+            top->cfg_we = 0;
+        } else if (op == "S") {
+            std::string name; uint64_t value;
+            in >> name >> value;
+            set_input(name, value);
+        } else if (op == "P") {
+            std::string name;
+            in >> name;
+            set_input(name, 1); tick(); set_input(name, 0);
+        } else if (op == "U") {
+            std::string a, b; uint64_t most;
+            in >> a >> b >> most;
+            uint64_t start = cycles;
+            tick();
+            while (!output_high(a) && !output_high(b) && cycles - start < most) tick();
+            std::printf("wait %%s %%llu\n", output_high(a) ? a.c_str()
+                        : output_high(b) ? b.c_str() : "timeout",
+                        (unsigned long long)(cycles - start));
+        }
+    }
+    double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("cycles %%llu wall_s %%.6f\n", (unsigned long long)cycles, wall);
+    top->final();
+    delete top;
+    return 0;
+}
+"""
+
+
+def _port_switch(names, body):
+    return "\n".join(f'    if (name == "{n}") {{ {body.format(n=n)} }}' for n in names)
+
+
+def bare_harness(verilog, toplevel, inputs, outputs, clocks, build_dir):
+    """Build the C++ harness of ``toplevel`` (Verilog file ``verilog``) in
+    ``build_dir/bare`` with the project's Verilator and the same optimisation
+    as the cocotb path; returns ``(binary, build seconds)``.
+
+    ``inputs`` and ``outputs`` are the port names the ops may name;
+    ``clocks`` is ``[(clock port, reset port, period ps)]``, the first the main
+    clock whose rising edges are counted (edges of all clocks are
+    interleaved in time).
+
+    Raises
+    ------
+    RuntimeError
+        If Verilator or the C++ build fails (the message ends with its log).
+    """
+    from sim.runner import VERILATOR_SPEED, VERILATOR_WAIVERS, _verilator_make_overrides
+    from sim.toolchain import verilator_env
+
+    out = Path(build_dir) / "bare"
+    out.mkdir(parents=True, exist_ok=True)
+    if len(clocks) == 1:
+        clk = clocks[0][0]
+        tick = f"    top->{clk} = 0; top->eval(); top->{clk} = 1; top->eval();"
+    else:
+        # Edges of every clock in time order; a cycle ends at the main clock's rise.
+        lines = ["    static uint64_t now = 0;",
+                 "    static uint64_t next[%d] = {%s};" % (
+                     len(clocks), ", ".join(str(p // 2) for _, _, p in clocks)),
+                 "    for (;;) {",
+                 "        uint64_t t = next[0];"]
+        lines += [f"        if (next[{i}] < t) t = next[{i}];" for i in range(1, len(clocks))]
+        lines.append("        now = t; bool main_rose = false;")
+        for i, (clk, _, period) in enumerate(clocks):
+            lines += [f"        if (next[{i}] == t) {{ top->{clk} = !top->{clk}; "
+                      f"next[{i}] += {period // 2};"
+                      + (f" if (top->{clk}) main_rose = true;" if i == 0 else "") + " }"]
+        lines += ["        top->eval();", "        if (main_rose) break;", "    }"]
+        tick = "\n".join(lines)
+    source = _HARNESS % {
+        "tick": tick,
+        "inputs": _port_switch(inputs, "top->{n} = value; return;"),
+        "outputs": _port_switch(outputs, "return top->{n};"),
+        "reset_on": "\n".join(f"    top->{rst} = 1;" for _, rst, _ in clocks),
+        "reset_off": "\n".join(f"    top->{rst} = 0;" for _, rst, _ in clocks),
+    }
+    main_cpp = out / "bench_main.cpp"
+    if not main_cpp.is_file() or main_cpp.read_text() != source:
+        main_cpp.write_text(source)
+    env = dict(os.environ, **verilator_env(), MAKEFLAGS=_verilator_make_overrides())
+    command = ["verilator", "--cc", "--exe", "--build", "-j", str(os.cpu_count() or 1),
+               "--top-module", toplevel, "--prefix", "Vtop", "-Mdir", str(out / "obj"),
+               "-o", "bench", *VERILATOR_WAIVERS, *VERILATOR_SPEED,
+               str(verilog), str(main_cpp)]
+    t0 = time.monotonic()
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    seconds = time.monotonic() - t0
+    (out / "build.log").write_text(done.stdout + done.stderr)
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).splitlines()[-20:])
+        raise RuntimeError(f"bare Verilator build of {verilog} failed; last lines:\n{tail}")
+    return out / "obj" / "bench", seconds
+
+
+def run_bare(binary, ops, work_dir):
+    """Run the harness on ``ops`` (lines, see ``_HARNESS``) in a process of its
+    own (call it from a fresh process for the peak memory to be the harness's); returns
+    ``(cycles, wall seconds, peak RSS MiB, waits)``, ``waits`` being
+    ``[(output that rose or "timeout", cycles)]``.
+
+    Raises
+    ------
+    RuntimeError
+        If the harness exits non-zero.
+    """
+    path = Path(work_dir) / "bare_ops.txt"
+    path.write_text("\n".join(ops) + "\n")
+    process = subprocess.Popen([str(binary), str(path)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    stdout, stderr = process.communicate()
+    if process.returncode != 0:
+        raise RuntimeError(f"bare harness {binary} exited {process.returncode}: {stderr.strip()}")
+    waits, cycles, wall = [], None, None
+    for line in stdout.splitlines():
+        parts = line.split()
+        if parts[0] == "wait":
+            waits.append((parts[1], int(parts[2])))
+        elif parts[0] == "cycles":
+            cycles, wall = int(parts[1]), float(parts[3])
+    return cycles, wall, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, waits
+
+
+def ops_of_plan(plan, stages):
+    """Harness ops of a cocotb plan: per run its register writes, then
+    ``stages`` (``[(pulse port, wait output, other output or None, plan key of
+    the most cycles)]``)."""
+    ops = []
+    for run in plan["runs"]:
+        if "plane_enable" in run:
+            ops.append(f"S plane_enable {run['plane_enable']}")
+        ops += [f"W {addr} {value & 0xFFFFFFFF}" for addr, value in run["writes"]]
+        for pulse, wait, other, most in stages:
+            ops += [f"P {pulse}", f"U {wait} {other or wait} {plan[most]}"]
+    return ops
+
+
+# --- workloads ----------------------------------------------------------------------
+
+def _pcie_workload(megacycles):
+    from hdl.pcie.config import PcieConfig
+    from hdl.pcie.system import PcieSystem
+    from sim.experiments import pcie
+
+    cfg = PcieConfig()
+    nbytes = int(megacycles * 25e6) // 4096 * 4096
+    run = pcie.copy_run(cfg, "bench: four disjoint peer-copy pairs",
+                        [(0, 1), (2, 3), (4, 5), (6, 7)], nbytes, cfg.max_payload_bytes)
+    return {"top": "pcie_system (8 GPUs)", "fabric": "pcie", "component": PcieSystem,
+            "config": cfg, "toplevel": "pcie_system", "testbench": "testbenches.pcie",
+            "plan": pcie.plan(cfg, [run]),
+            "stages": [("ctl_start", "done", "stuck", "run_cycles")],
+            "inputs": ["ctl_start"], "outputs": ["done", "stuck"],
+            "clocks": [("clk", "rst", 1000)]}
+
+
+#: Fabric name -> function of ``megacycles`` giving the workload.
+WORKLOADS = {"pcie": _pcie_workload}
+
+
+def _measure_cocotb(work, verilog, sim, test_dir):
+    """``(cycles, wall seconds, peak RSS MiB)`` of the plan under cocotb; the
+    simulator is built first, so neither number includes the build."""
+    from sim.runner import run_cocotb
+
+    t0 = time.monotonic()
+    got = run_cocotb(verilog, work["toplevel"], work["testbench"], sim=sim,
+                     plan=work["plan"], test_dir=test_dir)
+    wall = time.monotonic() - t0
+    for run in got["runs"]:
+        if run["ended"] != "done":
+            raise RuntimeError(f"{sim}: the bench run ended {run['ended']}")
+    log = (Path(test_dir) / "sim.log").read_text()
+    sim_ns, real_s = _sim_log_times(log)
+    period_ns = work["clocks"][0][2] / 1000
+    return int(sim_ns / period_ns), real_s or wall, \
+        resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+
+
+def _sim_log_times(log):
+    """``(simulated ns, real seconds)`` from cocotb's summary line."""
+    for line in log.splitlines():
+        if "TESTS=" in line:
+            numbers = line.replace("*", " ").split()
+            return float(numbers[-3]), float(numbers[-2])
+    raise RuntimeError("cocotb's log has no summary line")
+
+
+def _in_child(function, *args):
+    """Run ``function(*args)`` in a fresh process, so its peak memory is its own."""
+    import concurrent.futures
+    import multiprocessing
+
+    with concurrent.futures.ProcessPoolExecutor(
+            max_workers=1, mp_context=multiprocessing.get_context("spawn")) as one:
+        return one.submit(function, *args).result()
+
+
+def _measure_pysim(work, cycles):
+    """``(cycles, wall seconds, peak RSS MiB)`` of the first ``cycles`` cycles of
+    the workload under Amaranth's Python simulator."""
+    from amaranth.sim import Simulator
+
+    dut = work["component"](work["config"].hardware())
+    ops = ops_of_plan(work["plan"], work["stages"])
+    count = [0]
+
+    async def bench(ctx):
+        for op in ops:
+            parts = op.split()
+            if count[0] >= cycles:
+                return
+            if parts[0] == "W":
+                ctx.set(dut.cfg_addr, int(parts[1]))
+                ctx.set(dut.cfg_data, int(parts[2]))
+                ctx.set(dut.cfg_we, 1)
+                await ctx.tick()
+                ctx.set(dut.cfg_we, 0)
+                count[0] += 1
+            elif parts[0] == "P":
+                ctx.set(getattr(dut, parts[1]), 1)
+                await ctx.tick()
+                ctx.set(getattr(dut, parts[1]), 0)
+                count[0] += 1
+            elif parts[0] == "U":
+                while count[0] < cycles and not ctx.get(getattr(dut, parts[1])):
+                    await ctx.tick()
+                    count[0] += 1
+
+    sim = Simulator(dut)
+    sim.add_clock(work["clocks"][0][2] * 1e-12)
+    sim.add_testbench(bench)
+    t0 = time.monotonic()
+    sim.run()
+    return count[0], time.monotonic() - t0, \
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def bench_fabric(fabric, megacycles, pysim_cycles, build_root, log=print):
+    """The rows of one fabric's top (see the module docstring).
+
+    Raises
+    ------
+    RuntimeError
+        If a build fails, or the workload does not finish on some simulator.
+    """
+    from sim.build import generate_verilog
+    from sim.runner import run_cocotb
+    from sim.toolchain import available_simulators
+
+    work = WORKLOADS[fabric](megacycles)
+    t0 = time.monotonic()
+    verilog = generate_verilog(work["component"], work["config"].hardware(), work["toplevel"],
+                               build_root=build_root)
+    generate_s = time.monotonic() - t0
+    log(f"{fabric}: Verilog {verilog} ({generate_s:.0f} s)")
+    run_root = Path(build_root) / "runs" / "bench" / fabric
+    run_root.mkdir(parents=True, exist_ok=True)
+    rows = []
+    binary, build_s = bare_harness(verilog, work["toplevel"], work["inputs"], work["outputs"],
+                                   work["clocks"], verilog.parent)
+    log(f"{fabric}: bare harness built ({build_s:.0f} s); running")
+    cycles, wall, rss, waits = _in_child(run_bare, binary, ops_of_plan(work["plan"],
+                                                                       work["stages"]), run_root)
+    if any(w != "done" for w, _ in waits):
+        raise RuntimeError(f"{fabric}: the bench run ended {waits} on the bare harness")
+    rows.append(_row(work["top"], "verilator-bare", cycles, wall, build_s, rss))
+    log(f"{fabric}: verilator-bare {cycles} cycles in {wall:.1f} s")
+    for sim in [s for s in ("verilator", "icarus") if s in available_simulators()]:
+        # Build (or find built) first, with an empty plan, so the timing is the run's.
+        t0 = time.monotonic()
+        run_cocotb(verilog, work["toplevel"], work["testbench"], sim=sim,
+                   plan=dict(work["plan"], runs=[]), test_dir=run_root / f"{sim}-build")
+        build_s = time.monotonic() - t0
+        cycles, wall, rss = _in_child(_measure_cocotb, work, verilog, sim, run_root / sim)
+        rows.append(_row(work["top"], f"{sim}-cocotb", cycles, wall, build_s, rss))
+        log(f"{fabric}: {sim}-cocotb {cycles} cycles in {wall:.1f} s")
+    cycles, wall, rss = _in_child(_measure_pysim, work, pysim_cycles)
+    rows.append(_row(work["top"], "amaranth-pysim", cycles, wall, 0.0, rss))
+    log(f"{fabric}: amaranth-pysim {cycles} cycles in {wall:.1f} s")
+    bare = rows[0]["cycles_per_s"]
+    for row in rows:
+        row["ratio_to_bare"] = row["cycles_per_s"] / bare
+    return rows
+
+
+def _row(top, simulator, cycles, wall, build_s, rss):
+    return {"top": top, "simulator": simulator, "cycles": cycles, "wall_s": wall,
+            "cycles_per_s": cycles / wall if wall else 0.0, "ratio_to_bare": None,
+            "build_s": build_s, "peak_rss_mib": rss}
+
+
+def main(argv=None):
+    """``python -m sim.bench``; returns the exit status (2 on bad input)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from sim.cli import write_json_atomically
+
+    parser = argparse.ArgumentParser(prog="python -m sim.bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("fabrics", nargs="*", metavar="FABRIC", default=list(WORKLOADS))
+    parser.add_argument("--megacycles", type=float, default=1.0,
+                        help="length of each workload, millions of main-clock cycles")
+    parser.add_argument("--pysim-cycles", type=int, default=2000,
+                        help="cycles run under Amaranth's Python simulator")
+    parser.add_argument("--results", default="results")
+    parser.add_argument("--build", default="build")
+    args = parser.parse_args(argv)
+    for fabric in args.fabrics:
+        if fabric not in WORKLOADS:
+            print(f"sim.bench: error: FABRIC must be one of {', '.join(WORKLOADS)}, "
+                  f"not {fabric!r}", file=sys.stderr)
+            return 2
+    if not (0 < args.megacycles <= 100) or args.pysim_cycles < 1:
+        print("sim.bench: error: --megacycles must be in (0, 100] and --pysim-cycles "
+              "at least 1", file=sys.stderr)
+        return 2
+    console = Console(stderr=True)
+    rows = []
+    for fabric in args.fabrics:
+        rows += bench_fabric(fabric, args.megacycles, args.pysim_cycles,
+                             Path(args.build).resolve(), log=console.log)
+    out = Path(args.results) / "bench.json"
+    write_json_atomically(out, {"rows": rows})
+    table = Table(title="simulated cycles per second")
+    for col in ("top", "simulator", "cycles", "wall s", "cycles/s", "ratio to bare",
+                "build s", "peak RSS MiB"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["top"], r["simulator"], f"{r['cycles']:,}", f"{r['wall_s']:.2f}",
+                      f"{r['cycles_per_s']:,.0f}", f"{r['ratio_to_bare']:.3f}",
+                      f"{r['build_s']:.0f}", f"{r['peak_rss_mib']:.0f}")
+    Console().print(table)
+    print(f"bench: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

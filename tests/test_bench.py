@@ -1,0 +1,50 @@
+"""``make bench``: the ops a plan becomes, the report's speed table, and (under
+``make soak``) a short bench of the PCIe machine on every simulator."""
+
+import json
+
+import pytest
+
+from sim import bench
+from sim.report import _bench_section
+
+
+def test_a_plan_becomes_writes_pulses_and_waits():
+    plan = {"run_cycles": 99, "init_cycles": 7,
+            "runs": [{"writes": [(3, 5), (4, -1)], "plane_enable": 2}]}
+    stages = [("ctl_init", "init_done", None, "init_cycles"),
+              ("ctl_start", "done", "stuck", "run_cycles")]
+    assert bench.ops_of_plan(plan, stages) == [
+        "S plane_enable 2", "W 3 5", f"W 4 {0xFFFFFFFF}",
+        "P ctl_init", "U init_done init_done 7", "P ctl_start", "U done stuck 99"]
+
+
+def test_the_report_shows_the_speed_table(tmp_path):
+    row = {"top": "pcie_system", "simulator": "verilator-bare", "cycles": 1000000,
+           "wall_s": 2.0, "cycles_per_s": 500000.0, "ratio_to_bare": 1.0, "build_s": 60.0,
+           "peak_rss_mib": 80.0}
+    (tmp_path / "bench.json").write_text(json.dumps({"rows": [row]}))
+    text = "\n".join(_bench_section(tmp_path))
+    assert "## Simulation speed" in text and "| pcie_system | verilator-bare | 1,000,000 |" in text
+    (tmp_path / "bench.json").write_text(json.dumps({"rows": [{"top": "x"}]}))
+    with pytest.raises(ValueError, match="not a bench file"):
+        _bench_section(tmp_path)
+    assert _bench_section(tmp_path / "nothing") == []
+
+
+def test_bad_bench_input_is_refused(capsys):
+    assert bench.main(["nvlink"]) == 2
+    assert "FABRIC must be one of pcie, not 'nvlink'" in capsys.readouterr().err
+    assert bench.main(["--megacycles", "0"]) == 2
+
+
+@pytest.mark.slow
+def test_a_short_bench_of_the_pcie_machine(tmp_path):
+    assert bench.main(["pcie", "--megacycles", "0.05", "--pysim-cycles", "200",
+                       "--results", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "bench.json").read_text())["rows"]
+    by = {r["simulator"]: r for r in rows}
+    assert by["verilator-bare"]["ratio_to_bare"] == 1.0
+    # the same workload: the cocotb path counts the bare harness's cycles within start-up
+    assert abs(by["verilator-cocotb"]["cycles"] - by["verilator-bare"]["cycles"]) < 1000
+    assert all(r["cycles_per_s"] > 0 and r["peak_rss_mib"] > 0 for r in rows)
