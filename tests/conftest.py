@@ -20,3 +20,16 @@ def pytest_generate_tests(metafunc):
         metafunc.parametrize("random_seeds", [tuple(seeds)],
                              ids=[f"seeds{seeds[0]}-{seeds[-1]}" if len(seeds) > 1
                                   else f"seed{seeds[0]}"])
+
+
+#: Test files that take longest from a clean clone, longest first (the mesh's
+#: Verilator build leads).  pytest-xdist (``--dist loadfile``) hands files to
+#: workers in collection order, so starting these first lets the two cores
+#: finish together instead of one waiting on the mesh build at the end.
+LONGEST_FIRST = ("test_mesh.py", "test_dsm.py", "test_random.py", "test_pcie.py",
+                 "test_simulators.py", "test_proofs.py", "test_sweep.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))   # stable
