@@ -23,9 +23,9 @@ def pytest_generate_tests(metafunc):
 
 
 #: Test files that take longest from a clean clone, longest first (the mesh's
-#: Verilator build leads).  pytest-xdist (``--dist loadfile``) hands files to
-#: workers in collection order, so starting these first lets the two cores
-#: finish together instead of one waiting on the mesh build at the end.
+#: Verilog generation and Verilator build lead).  pytest-xdist (``--dist
+#: loadfile``) hands files to workers in collection order, so the mesh's chain
+#: starts at once; it is still the longest path of a cold ``make test``.
 LONGEST_FIRST = ("test_mesh.py", "test_dsm.py", "test_random.py", "test_pcie.py",
                  "test_simulators.py", "test_proofs.py", "test_sweep.py")
 
