@@ -282,11 +282,9 @@ def _sim_log_times(log):
 
 def _in_child(function, *args):
     """Run ``function(*args)`` in a fresh process, so its peak memory is its own."""
-    import concurrent.futures
-    import multiprocessing
+    from sim.cli import pool
 
-    with concurrent.futures.ProcessPoolExecutor(
-            max_workers=1, mp_context=multiprocessing.get_context("spawn")) as one:
+    with pool(1) as one:
         return one.submit(function, *args).result()
 
 

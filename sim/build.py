@@ -134,7 +134,9 @@ def config_hash(config: Any, component_factory: Callable[[Any], Any] | None = No
     return digest.hexdigest()
 
 
-def _write_atomically(path: Path, text: str) -> None:
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder,
+    renamed into place once complete, so a reader never sees a partial file."""
     # A unique name per writer, so two processes generating the same
     # configuration never write into one temporary file; "x" mode keeps the
     # usual umask permissions (mkstemp would make the file private).
@@ -266,5 +268,5 @@ def _generate(component_factory, config, name, out_dir, out_path):
     out_dir.mkdir(parents=True, exist_ok=True)
     # The repr is kept beside the Verilog so a build folder can be traced
     # back to its configuration without recomputing hashes.
-    _write_atomically(out_dir / "config.txt", f"{type(config).__qualname__}: {config!r}\n")
-    _write_atomically(out_path, text)
+    write_atomically(out_dir / "config.txt", f"{type(config).__qualname__}: {config!r}\n")
+    write_atomically(out_path, text)

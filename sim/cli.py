@@ -355,11 +355,11 @@ def execute_or_error(job, sim, build_root, run_root, waves=False):
 def write_json_atomically(path, data):
     """Write ``data`` as JSON to ``path`` through a temporary file renamed into
     place, so an interrupted write never leaves a partial file."""
+    from sim.build import write_atomically
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    os.replace(tmp, path)
+    write_atomically(path, json.dumps(data, indent=1) + "\n")
 
 
 def pool(jobs):

@@ -752,6 +752,8 @@ def prove(name):
 
 def _write_results(path, results):
     """Merge ``results`` into ``path`` (rows keyed by proof, registry order), atomically."""
+    from sim.cli import write_json_atomically
+
     rows = {}
     try:
         rows = {r["proof"]: r for r in json.loads(path.read_text())["rows"]}
@@ -762,10 +764,7 @@ def _write_results(path, results):
         rows[r.name] = {"proof": r.name, "block": p.block, "property": p.property,
                         "depth": r.depth, "passed": r.passed, "seconds": round(r.seconds, 2)}
     ordered = [rows[n] for n in PROOFS if n in rows]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"rows": ordered}, indent=1) + "\n")
-    os.replace(tmp, path)
+    write_json_atomically(path, {"rows": ordered})
 
 
 def main(argv=None):

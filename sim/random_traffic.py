@@ -342,7 +342,8 @@ def run_seeds(fabric, seeds, *, sim="verilator", small=None, build_root=Path("bu
 def _write_results(path, rows):
     """Merge ``rows`` into ``path`` (keyed by fabric and simulator), atomically."""
     import json
-    import os
+
+    from sim.cli import write_json_atomically
     kept = {}
     try:
         kept = {(r["fabric"], r["simulator"]): r for r in json.loads(path.read_text())["rows"]}
@@ -350,10 +351,7 @@ def _write_results(path, rows):
         pass
     for r in rows:
         kept[(r["fabric"], r["simulator"])] = {**r, "passed": not r["failures"]}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"rows": [kept[k] for k in sorted(kept)]}, indent=1) + "\n")
-    os.replace(tmp, path)
+    write_json_atomically(path, {"rows": [kept[k] for k in sorted(kept)]})
 
 
 def main(argv=None):

@@ -40,6 +40,7 @@ from typing import Any
 from cocotb_tools.runner import Runner, Verilator, get_runner
 
 from sim.build import locked as _locked
+from sim.build import write_atomically
 from sim.toolchain import check_simulator, verilator_env
 
 __all__ = ["TIMESCALE", "VERILATOR_WAIVERS", "run_cocotb"]
@@ -114,9 +115,7 @@ def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
 
 
 def _write_json_atomically(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomically(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def _failures(results_xml: Path) -> tuple[int, list[str]]:

@@ -236,6 +236,7 @@ def write_sweep(results_dir, fabric, name, grid, items, sim, engine, table, metr
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from sim.build import write_atomically
     from sim.cli import write_json_atomically
 
     metric, chosen = metric_rows(table, metric)
@@ -251,7 +252,7 @@ def write_sweep(results_dir, fabric, name, grid, items, sim, engine, table, metr
         writer.writerow([r["point"][f] for f in fields]
                         + [r.get("quantity", ""), r.get("model", ""), r.get("unit", ""),
                            r.get("met", ""), r.get("error", "")])
-    _replace_text(csv_path, text.getvalue())
+    write_atomically(csv_path, text.getvalue())
     if chosen:
         fig, ax = plt.subplots(figsize=(6.4, 4.0))
         x_field, others = fields[0], fields[1:]
@@ -292,8 +293,3 @@ def _is_number(text):
         return False
     return True
 
-
-def _replace_text(path, text):
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)

@@ -194,7 +194,7 @@ def test_tree_allreduce_leaves_every_minion_with_the_result(levels, op, nregs):
     holds each minion's children's messages until all of them are queued, then
     delivers them interleaved flit by flit (two children's flits for one word
     back to back: the combine pipeline's hazard)."""
-    from hdl.etsoc.engine import checksum, flit_sum, register_word, tree_roles
+    from hdl.etsoc.engine import checksum, register_word, tree_roles
     members = [g for g in range(1024) if g & ~levels == 0]
     m = Module()
     engines = {}

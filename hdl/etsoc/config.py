@@ -11,7 +11,6 @@ speeds come out of the RTL; every latency is still counted in simulated
 cycles, and the mesh's per-hop cost comes from the routers alone.
 """
 
-import dataclasses
 from dataclasses import dataclass
 
 from ..common.params import ConfigBase, runtime_field, structural_field

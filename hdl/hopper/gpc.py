@@ -15,7 +15,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..common.flit import flit_layout
 from ..common.watchdog import Watchdog
-from .config import DsmConfig, cpc_of, eg_of, slot_of, tpc_of
+from .config import DsmConfig, cpc_of, eg_of, tpc_of
 from .endpoint import SmEndpoint
 from .fabric import GpcarbEgress, GpcarbIngress, Gpcmmu, GxPlane, TpcArb
 from .shaper import InjectionShaper

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hdl.etsoc.config import COMBINE_OPS, MeshConfig, hops
+from hdl.etsoc.config import COMBINE_OPS, hops
 from hdl.etsoc.engine import Couple, EngineReg, checksum, combine, register_word, tree_roles
 from hdl.etsoc.mesh import GLOBAL, Port, counter_names, mesh_registers
 from sim import stall
@@ -626,6 +626,12 @@ def xy_links(cfg, a, b):
     return links
 
 
+def route_cells(cfg, a, b):
+    """Cells the X-then-Y route from shire ``a`` to shire ``b`` enters (its
+    destination's included, its source's not)."""
+    return {link[1] for link in xy_links(cfg, a, b) if isinstance(link[0], tuple)}
+
+
 def sample_pairs(cfg, per_hop=2):
     """Up to ``per_hop`` shire pairs at each hop count (a quick stand-in for all
     496 pairs), preferring pairs of shires not yet used so they pack into few runs."""
@@ -712,8 +718,7 @@ def _pairs_rows(cfg, runs, measured):
     idle_cells = set(cfg.non_compute_cells)
     crossing = [rt - (a + b * hops(cfg.placement[s], cfg.placement[t]))
                 for (s, t), rt in rts.items()
-                if any(link[1] in idle_cells for link in xy_links(cfg, s, t) + xy_links(cfg, t, s)
-                       if isinstance(link[0], tuple))]
+                if (route_cells(cfg, s, t) | route_cells(cfg, t, s)) & idle_cells]
     if crossing:
         rows.append({
             "quantity": f"round trips routed through a non-compute cell ({len(crossing)} of "
@@ -1184,23 +1189,20 @@ def non_compute_pairs(cfg):
     """``[(cell, through, clean)]``: for each non-compute cell that some X-then-Y
     route between compute shires passes through, the longest such route
     ``through`` (shire pair ``(a, b)``) and a route ``clean`` of as many hops
-    that passes through compute cells only, no shire used twice.  A cell no
-    route passes through (a corner, say) is left out."""
+    that passes through compute cells only, no pair chosen twice.  A cell no
+    route passes through is left out."""
     idle = set(cfg.non_compute_cells)
     used, out = set(), []
     pairs = sorted(itertools.permutations(range(cfg.compute_shires), 2),
                    key=lambda p: (-hops(cfg.placement[p[0]], cfg.placement[p[1]]), p))
-
-    def cells(a, b):
-        return {link[1] for link in xy_links(cfg, a, b) if isinstance(link[0], tuple)}
     for cell in sorted(idle):
         for through in pairs:
-            if cell not in cells(*through) or through in used:
+            if cell not in route_cells(cfg, *through) or through in used:
                 continue
             h = hops(cfg.placement[through[0]], cfg.placement[through[1]])
             clean = next((p for p in pairs
                           if hops(cfg.placement[p[0]], cfg.placement[p[1]]) == h
-                          and not cells(*p) & idle and p not in used), None)
+                          and not route_cells(cfg, *p) & idle and p not in used), None)
             if clean is not None:
                 used |= {through, clean}
                 out.append((cell, through, clean))
