@@ -139,7 +139,8 @@ def bare_harness(verilog, toplevel, inputs, outputs, clocks, build_dir):
     RuntimeError
         If Verilator or the C++ build fails (the message ends with its log).
     """
-    from sim.runner import VERILATOR_SPEED, VERILATOR_WAIVERS, _verilator_make_overrides
+    from sim.runner import (VERILATOR_SPEED, VERILATOR_WAIVERS, _verilator_make_overrides,
+                            hierarchical)
     from sim.toolchain import verilator_env
 
     out = Path(build_dir) / "bare"
@@ -176,6 +177,7 @@ def bare_harness(verilog, toplevel, inputs, outputs, clocks, build_dir):
     command = ["verilator", "--cc", "--exe", "--build", "-j", str(os.cpu_count() or 1),
                "--top-module", toplevel, "--prefix", "Vtop", "-Mdir", str(out / "obj"),
                "-o", "bench", *VERILATOR_WAIVERS, *VERILATOR_SPEED,
+               *(["--hierarchical"] if hierarchical(verilog) else []),
                str(verilog), str(main_cpp)]
     t0 = time.monotonic()
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)

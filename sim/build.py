@@ -7,6 +7,10 @@ configuration, the RTL sources under the ``hdl`` package, the module that
 defines the component factory, the Amaranth version and this module's own
 post-processing of Yosys's output. A file that is already there is reused
 as is, which also lets the simulator builds keyed on that folder be reused.
+
+A block built many times that stands behind a
+:class:`~hdl.common.shared.SharedModule` is converted once into a module of
+its own (:func:`convert_hierarchy`), marked as a Verilator hierarchical block.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["config_hash", "generate_verilog"]
+__all__ = ["HIER_BLOCK", "config_hash", "convert_hierarchy", "generate_verilog",
+           "mark_hier_block", "write_atomically"]
 
 _HASH_CHARS = 12
 
@@ -252,9 +257,59 @@ def generate_verilog(
     return out_path
 
 
-def _generate(component_factory, config, name, out_dir, out_path):
-    # Imported late: loading Amaranth's back end is not needed on a cache hit.
+def convert_hierarchy(component: Any, name: str) -> str:
+    """Verilog text of `component` as module `name`, followed by every module
+    its :class:`~hdl.common.shared.SharedModule` instances stand for, each
+    converted once however many instances use it.
+
+    Raises
+    ------
+    ValueError
+        If a shared module name is used for two different blocks, or equals
+        `name`.
+    amaranth.back.verilog.YosysError
+        If Yosys fails to convert a module.
+    """
     from amaranth.back import verilog
+
+    from hdl.common.shared import collect_shared_modules
+
+    with collect_shared_modules() as modules:
+        texts = [verilog.convert(component, name=name, emit_src=False)]
+        done = set()
+        while pending := [n for n in modules if n not in done]:
+            for module_name in pending:
+                if module_name == name:
+                    raise ValueError(f"shared module {module_name!r} has the top level's name")
+                done.add(module_name)
+                _, build = modules[module_name]
+                texts.append(mark_hier_block(
+                    verilog.convert(build(), name=module_name, emit_src=False), module_name))
+    return "\n".join(texts)
+
+
+#: Verilator metacomment that makes a module a hierarchical block: under
+#: ``verilator --hierarchical`` it is verilated and compiled once, however
+#: many instances there are; other tools read a comment.
+HIER_BLOCK = "/*verilator hier_block*/"
+
+
+def mark_hier_block(text: str, module_name: str) -> str:
+    """``text`` with :data:`HIER_BLOCK` in the body of module ``module_name``.
+
+    Raises
+    ------
+    ValueError
+        If ``text`` defines no module ``module_name``.
+    """
+    head = re.search(rf"^module {re.escape(module_name)}\([^;]*\);\n", text, re.MULTILINE)
+    if head is None:
+        raise ValueError(f"module_name {module_name!r} is not defined in the Verilog")
+    return f"{text[:head.end()]}  {HIER_BLOCK}\n{text[head.end():]}"
+
+
+def _generate(component_factory, config, name, out_dir, out_path):
+    # Imported late: loading Amaranth is not needed on a cache hit.
     from amaranth.lib import wiring
 
     component = component_factory(config)
@@ -264,7 +319,7 @@ def _generate(component_factory, config, name, out_dir, out_path):
             f"not {type(component).__qualname__}"
         )
     text = drop_zero_memory_init(settle_constant_processes(
-        verilog.convert(component, name=name, emit_src=False)))
+        convert_hierarchy(component, name)))
     out_dir.mkdir(parents=True, exist_ok=True)
     # The repr is kept beside the Verilog so a build folder can be traced
     # back to its configuration without recomputing hashes.

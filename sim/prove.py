@@ -397,6 +397,9 @@ class SwitchHarness(Harness):
         """The switch component (``i``/``o`` link arrays and ``o_overflow``)."""
         raise NotImplementedError
 
+    def tie(self, m, dut):
+        """Drive the switch's own constant inputs, if it has any (default: none)."""
+
     def expected_port(self, flit):
         """Output index (a Value) on which ``flit`` must leave."""
         raise NotImplementedError
@@ -408,6 +411,7 @@ class SwitchHarness(Harness):
 
     def build(self, m):
         m.submodules.dut = dut = self.dut()
+        self.tie(m, dut)
         layout = self.layout
         stop = self.free(1, "stop")
         stopped = Signal(name="stopped")
@@ -545,7 +549,10 @@ class MeshRouterHarness(SwitchHarness):
         self.layout = _tiny_layout(node_bits=10)
 
     def dut(self):
-        return MeshRouter(self.cfg, self.x, self.y, self.layout)
+        return MeshRouter(self.cfg, self.layout)
+
+    def tie(self, m, dut):
+        m.d.comb += [dut.i_x.eq(self.x), dut.i_y.eq(self.y)]
 
     def destination(self, m, dst, name):
         # The router reads only the shire, dst[5:10]; the minion bits stay 0.

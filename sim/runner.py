@@ -238,10 +238,23 @@ def _make_runner(sim: str, internal_signals: bool) -> Runner:
     return get_runner(sim)
 
 
-def _build_args(sim: str, waves: bool) -> list[str]:
+def hierarchical(verilog: Path) -> bool:
+    """True when ``verilog`` marks hierarchical blocks
+    (:data:`sim.build.HIER_BLOCK`): Verilator then builds each shared module
+    once (``--hierarchical``).  The whole 128-minion ET-SoC-1 mesh verilated in
+    12 s instead of 150 s, into a tenth of the C++."""
+    from sim.build import HIER_BLOCK
+
+    with open(verilog, encoding="utf-8") as handle:
+        return any(HIER_BLOCK in line for line in handle)
+
+
+def _build_args(sim: str, waves: bool, hier: bool = False) -> list[str]:
     if sim != "verilator":
         return []
     args = list(VERILATOR_WAIVERS) + list(VERILATOR_SPEED)
+    if hier:
+        args.append("--hierarchical")
     if waves and _verilator_can_write_fst():
         # cocotb's own --trace writes VCD; FST files are many times smaller.
         args.append("--trace-fst")
@@ -429,7 +442,10 @@ def run_cocotb(
                     sources=sources,
                     hdl_toplevel=toplevel,
                     build_dir=build_dir,
-                    build_args=_build_args(sim, waves),
+                    # Waveforms and internal signals need the whole design
+                    # in one model, so those builds stay flat.
+                    build_args=_build_args(sim, waves, hierarchical(verilog)
+                                           and not (waves or internal)),
                     timescale=TIMESCALE,
                     waves=waves,
                     log_file=build_log,

@@ -17,9 +17,10 @@ LAYOUT = make_flit_layout(CFG)
 
 def _pair(a, b):
     m = Module()
-    ea = MinionEngine(minion=a, flit_layout=LAYOUT)
-    eb = MinionEngine(minion=b, flit_layout=LAYOUT)
+    ea = MinionEngine(flit_layout=LAYOUT)
+    eb = MinionEngine(flit_layout=LAYOUT)
     m.submodules.a, m.submodules.b = ea, eb
+    m.d.comb += [ea.i_minion.eq(a), eb.i_minion.eq(b)]
     for x, y in ((ea, eb), (eb, ea)):
         wiring.connect(m, x.o_req, y.i_req)
         wiring.connect(m, x.o_rsp, y.i_rsp)
@@ -85,10 +86,11 @@ def test_ping_pong_delivers_and_combines_every_register(op, nregs):
 
 def test_a_second_ready_waits_behind_the_first():
     """One partner's READY at a time: a second partner's READY is not taken."""
-    dut = MinionEngine(minion=1, flit_layout=LAYOUT)
+    dut = MinionEngine(flit_layout=LAYOUT)
     seen = {}
 
     async def bench(ctx):
+        ctx.set(dut.i_minion, 1)
         for src in (7, 9):
             ctx.set(dut.i_rsp.valid, 1)
             ctx.set(dut.i_rsp.payload.kind, MsgKind.READY)
@@ -199,8 +201,9 @@ def test_tree_allreduce_leaves_every_minion_with_the_result(levels, op, nregs):
     m = Module()
     engines = {}
     for g in members:
-        engines[g] = e = MinionEngine(minion=g, flit_layout=LAYOUT)
+        engines[g] = e = MinionEngine(flit_layout=LAYOUT)
         m.submodules[f"e{g}"] = e
+        m.d.comb += e.i_minion.eq(g)
     got = {}
 
     async def bench(ctx):
@@ -453,10 +456,11 @@ def test_a_stray_flit_is_counted_and_its_source_recorded():
     consumed, counted in ``o_errors`` and the first one's source held in
     ``o_first_stray`` with its arrival time (the mesh check names both)."""
     me, partner, stranger = CFG.minion_id(0, 0), CFG.minion_id(1, 0), CFG.minion_id(3, 2)
-    e = MinionEngine(minion=me, flit_layout=LAYOUT)
+    e = MinionEngine(flit_layout=LAYOUT)
     got = {}
 
     async def bench(ctx):
+        ctx.set(e.i_minion, me)
         await _write(ctx, e, {EngineReg.TX_PEER: partner, EngineReg.RX_PEER: partner,
                               EngineReg.TX_COUNT: 0, EngineReg.RX_COUNT: 2,
                               EngineReg.NREGS: 1, EngineReg.COUPLE: Couple.NONE})

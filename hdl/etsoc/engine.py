@@ -187,10 +187,11 @@ class MinionEngine(wiring.Component):
     """TensorSend / TensorRecv engine and register file of one minion.
     Clock: minion clock (600 MHz).
 
+    One Verilog module serves every minion of a build
+    (:class:`~hdl.common.shared.SharedModule`): the minion's index is a port.
+
     Parameters
     ----------
-    minion : int
-        Global minion index (``shire << 5 | minion``, 10 bits).
     flit_layout : StructLayout
         Flit layout (:func:`hdl.common.flit.flit_layout`, ``node_bits`` 10).
     registers : int
@@ -200,6 +201,8 @@ class MinionEngine(wiring.Component):
 
     Members
     -------
+    i_minion : In(10)
+        Global minion index (``shire << 5 | minion``); hold it constant.
     i_we : In(1), i_reg : In(4), i_data : In(32)
         Register write port (:class:`EngineReg`); a write stops the engine
         until the next ``i_start``.
@@ -264,14 +267,13 @@ class MinionEngine(wiring.Component):
     receives.
     """
 
-    def __init__(self, *, minion, flit_layout, registers=32, flits_per_register=2):
-        self.minion = minion
+    def __init__(self, *, flit_layout, registers=32, flits_per_register=2):
         self.flit_layout = flit_layout
         self.registers = registers
         self.fpr = flits_per_register
         flit = stream.Signature(flit_layout)
         super().__init__({
-            "i_we": In(1), "i_reg": In(4), "i_data": In(32),
+            "i_minion": In(10), "i_we": In(1), "i_reg": In(4), "i_data": In(32),
             "i_init": In(1), "i_start": In(1), "i_verify": In(1), "i_now": In(32),
             "i_send_cycles": In(8), "i_recv_cycles": In(8),
             "i_window_flits": In(8), "i_ack_flits": In(8), "o_in_flight": Out(9),
@@ -333,8 +335,8 @@ class MinionEngine(wiring.Component):
         tx_peer = Signal(10)
         rx_peer = Signal(10)
 
-        # --- tree roles (levels mask against this minion's constant index) ---
-        me = Const(self.minion, 10)
+        # --- tree roles (levels mask against this minion's index) ---
+        me = self.i_minion
         tree = Signal()
         up_bit = Signal(10)     # one-hot level at which this minion sends up; 0 at the root
         below = Signal(10)      # levels at which it receives from a child
@@ -461,7 +463,7 @@ class MinionEngine(wiring.Component):
                     m.d.sync += send_wait.eq(send_wait - 1)
                 with m.Elif(room):
                     m.d.sync += [s1_valid.eq(1), s1_head.eq(1), s1.kind.eq(MsgKind.HEAD),
-                                 s1.vc.eq(VC.REQ), s1.src.eq(self.minion), s1.dst.eq(tx_peer),
+                                 s1.vc.eq(VC.REQ), s1.src.eq(me), s1.dst.eq(tx_peer),
                                  s1.addr.eq(0), s1.last.eq(0),
                                  tx_index.eq(0), tx_word.eq(0)]
                     m.next = "DATA"
@@ -492,7 +494,7 @@ class MinionEngine(wiring.Component):
                      self.o_rsp.payload.kind.eq(Mux(ack_valid, MsgKind.ACK,
                                                     Mux(ctl_valid, ctl_kind, MsgKind.READY))),
                      self.o_rsp.payload.vc.eq(VC.RSP),
-                     self.o_rsp.payload.src.eq(self.minion),
+                     self.o_rsp.payload.src.eq(me),
                      self.o_rsp.payload.dst.eq(Mux(ack_valid, ack_to,
                                                    Mux(ctl_valid, ctl_dst, rx_peer))),
                      self.o_rsp.payload.data.eq(Mux(ack_valid, owed,
@@ -638,7 +640,7 @@ class MinionEngine(wiring.Component):
             m.d.sync += ctl_valid.eq(0)
         members = Signal(6)
         m.d.comb += members.eq(sum(barrier_mask[k] for k in range(32)))
-        others = barrier_mask & ~Const(1 << (self.minion & 31), 32)
+        others = barrier_mask & ~(Const(1, 32) << me[:5])[:32]
         ctl_wait = Signal(8)
         woke = Signal()          # a wake finished this cycle (progress for the watchdog)
 
@@ -736,7 +738,7 @@ class MinionEngine(wiring.Component):
         # --- the single write port: fill, or combine ---------------------------
         with m.If(filling):
             m.d.comb += [wr.en.eq(1), wr.addr.eq(fill_addr[:wbits]),
-                         wr.data.eq(register_word(Const(self.minion, 10), fill_addr, width // 8))]
+                         wr.data.eq(register_word(me, fill_addr, width // 8))]
         with m.Elif(c_valid):
             m.d.comb += [wr.en.eq(1), wr.addr.eq(c_word), wr.data.eq(combined)]
 

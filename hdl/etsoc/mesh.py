@@ -20,12 +20,13 @@ from amaranth.lib.wiring import In, Out
 from ..common.cdc import LinkCdc
 from ..common.credit import CreditLink, LinkDelay, LinkPipeline
 from ..common.flit import flit_layout
+from ..common.shared import SharedModule
 from ..common.switch import CreditSwitch
 from ..common.watchdog import Watchdog
 from .config import MeshConfig
-from .shire import Shire
+from .shire import ENGINE_COUNTERS, Shire
 
-__all__ = ["Port", "MeshRouter", "EtSocMesh", "MeshReg", "mesh_registers", "make_flit_layout",
+__all__ = ["Port", "MeshRouter", "ShirePort", "EtSocMesh", "MeshReg", "mesh_registers", "make_flit_layout",
            "counter_names", "ENGINE_COUNTERS", "GLOBAL"]
 
 #: ``cfg_addr`` bit that selects the mesh-wide registers (:class:`MeshReg`).
@@ -74,7 +75,8 @@ def make_flit_layout(cfg):
 
 
 class MeshRouter(wiring.Component):
-    """Five-port mesh router at cell ``(x, y)``.  Clock: mesh clock (domain ``sync``;
+    """Five-port mesh router; its cell ``(i_x, i_y)`` is a port, so one
+    Verilog module serves every router (:class:`~hdl.common.shared.SharedModule`).  Clock: mesh clock (domain ``sync``;
     the top renames it to ``mesh``).
 
     An input-queued crossbar (:class:`~hdl.common.switch.CreditSwitch`) with a
@@ -87,8 +89,18 @@ class MeshRouter(wiring.Component):
     then the local port.  The destination cell is the placement of the flit's
     destination shire (``dst[9:5]``).
 
+    Parameters
+    ----------
+    cfg : MeshConfig
+        Uses ``placement``, ``mesh_cols``, ``mesh_rows``,
+        ``router_hop_mesh_cycles`` and ``link_buffer_flits``.
+    flit_layout : StructLayout
+        Flit layout (``node_bits`` 10).
+
     Members
     -------
+    i_x, i_y : In(ceil(log2(max(mesh_cols, mesh_rows, 2))))
+        The router's cell; hold them constant.
     i : In(CreditLink(flit_layout)).array(5)
         Input links, indexed by :class:`Port`.
     o : Out(CreditLink(flit_layout)).array(5)
@@ -107,11 +119,13 @@ class MeshRouter(wiring.Component):
         Sticky: a buffer overflowed (credit protocol broken).
     """
 
-    def __init__(self, cfg, x, y, flit_layout):
-        self.cfg, self.x, self.y = cfg, x, y
+    def __init__(self, cfg, flit_layout):
+        self.cfg = cfg
         self.flit_layout = flit_layout
         link = CreditLink(flit_layout)
+        coord = range(max(cfg.mesh_cols, cfg.mesh_rows, 2))   # at least one bit wide
         super().__init__({
+            "i_x": In(coord), "i_y": In(coord),
             "i": In(link).array(5), "o": Out(link).array(5),
             "o_flits": Out(32).array(5), "o_stalls": Out(32).array(5), "o_overflow": Out(1),
             "o_occupied": Out(10), "o_no_credit": Out(10), "o_wants": Out(10).array(5),
@@ -128,13 +142,13 @@ class MeshRouter(wiring.Component):
             shire = flit.dst[5:10]
             tx, ty = xs[shire], ys[shire]
             out = Signal(Port, name=f"route_{i}")
-            with m.If(tx > self.x):
+            with m.If(tx > self.i_x):
                 m.d.comb += out.eq(Port.EAST)
-            with m.Elif(tx < self.x):
+            with m.Elif(tx < self.i_x):
                 m.d.comb += out.eq(Port.WEST)
-            with m.Elif(ty < self.y):
+            with m.Elif(ty < self.i_y):
                 m.d.comb += out.eq(Port.NORTH)
-            with m.Elif(ty > self.y):
+            with m.Elif(ty > self.i_y):
                 m.d.comb += out.eq(Port.SOUTH)
             with m.Else():
                 m.d.comb += out.eq(Port.LOCAL)
@@ -158,12 +172,6 @@ class MeshRouter(wiring.Component):
                      self.o_occupied.eq(switch.o_occupied),
                      self.o_no_credit.eq(switch.o_no_credit)]
         return m
-
-
-#: Per-engine counters, in address order within an engine.
-ENGINE_COUNTERS = ("tx_msgs", "rx_msgs", "first_rx", "last_rx", "checksum", "errors",
-                   "ready_from", "blocked_ready", "state", "tx_sum", "rx_sum",
-                   "first_stray_cycle")
 
 
 def counter_names(cfg):
@@ -190,6 +198,67 @@ def counter_names(cfg):
             names += [f"router_{x}_{y}.occupied", f"router_{x}_{y}.no_credit"]
             names += [f"router_{x}_{y}.in{p}.wants" for p in range(len(Port))]
     return names
+
+
+class ShirePort(wiring.Component):
+    """Where a shire meets its router: the shire-to-mesh stage each way and the
+    clock-domain crossings between the minion clock (domain ``sync``, 600
+    MHz) and the mesh clock (domain ``mesh``, 400 MHz).  One Verilog module
+    serves every shire's port (:class:`~hdl.common.shared.SharedModule`).
+
+    Up: ``i_up`` -> :class:`~hdl.common.credit.LinkDelay` of ``i_latency``
+    minion cycles -> :class:`~hdl.common.cdc.LinkCdc` -> ``o_up``; down the
+    mirror image.
+
+    Parameters
+    ----------
+    flit_layout : StructLayout
+        Flit layout (``node_bits`` 10).
+    depth : int
+        Credits per VC on each side (``link_buffer_flits``).
+
+    Members
+    -------
+    i_up : In(CreditLink(flit_layout))
+        From the shire (minion clock).
+    o_up : Out(CreditLink(flit_layout))
+        To the router's local input (mesh clock).
+    i_down : In(CreditLink(flit_layout))
+        From the router's local output (mesh clock).
+    o_down : Out(CreditLink(flit_layout))
+        To the shire (minion clock).
+    i_latency : In(8)
+        The shire-to-mesh stage, minion cycles (``mesh_port_cycles``).
+    o_overflow : Out(1)
+        Sticky: a buffer overflowed (credit protocol broken).
+    """
+
+    def __init__(self, *, flit_layout, depth):
+        self.flit_layout, self.depth = flit_layout, depth
+        link = CreditLink(flit_layout)
+        super().__init__({"i_up": In(link), "o_up": Out(link), "i_down": In(link),
+                          "o_down": Out(link), "i_latency": In(8), "o_overflow": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        layout, depth = self.flit_layout, self.depth
+        m.submodules.up_pipe = up_pipe = LinkDelay(flit_layout=layout, capacity=2 * depth)
+        m.submodules.up = up = LinkCdc(flit_layout=layout, depth=depth, out_credits=depth,
+                                       i_domain="sync", o_domain="mesh")
+        m.submodules.down = down = LinkCdc(flit_layout=layout, depth=depth, out_credits=depth,
+                                           i_domain="mesh", o_domain="sync")
+        m.submodules.down_pipe = down_pipe = LinkDelay(flit_layout=layout, capacity=2 * depth)
+        m.d.comb += [up_pipe.i_latency.eq(self.i_latency),
+                     down_pipe.i_latency.eq(self.i_latency),
+                     self.o_overflow.eq(up_pipe.o_overflow | down_pipe.o_overflow
+                                        | up.o_overflow | down.o_overflow)]
+        wiring.connect(m, wiring.flipped(self.i_up), up_pipe.i)
+        wiring.connect(m, up_pipe.o, up.i)
+        wiring.connect(m, up.o, wiring.flipped(self.o_up))
+        wiring.connect(m, wiring.flipped(self.i_down), down.i)
+        wiring.connect(m, down.o, down_pipe.i)
+        wiring.connect(m, down_pipe.o, wiring.flipped(self.o_down))
+        return m
 
 
 class EtSocMesh(wiring.Component):
@@ -251,8 +320,10 @@ class EtSocMesh(wiring.Component):
         routers = {}
         for y in range(cfg.mesh_rows):
             for x in range(cfg.mesh_cols):
-                router = DomainRenamer("mesh")(MeshRouter(cfg, x, y, layout))
-                m.submodules[f"router_{x}_{y}"] = router
+                router = SharedModule(MeshRouter, "etsoc_mesh_router", cfg=cfg,
+                                      flit_layout=layout)
+                m.submodules[f"router_{x}_{y}"] = DomainRenamer("mesh")(router)
+                m.d.comb += [router.i_x.eq(x), router.i_y.eq(y)]
                 routers[x, y] = router
         for (x, y), router in routers.items():
             for port, (dx, dy), back in ((Port.EAST, (1, 0), Port.WEST),
@@ -273,9 +344,16 @@ class EtSocMesh(wiring.Component):
         shires = []
         overflow = [r.o_overflow for r in routers.values()]
         for s, cell in enumerate(cfg.placement):
-            shire = Shire(cfg, s, layout)
+            shire = SharedModule(Shire, "etsoc_shire", cfg=cfg, flit_layout=layout)
             m.submodules[f"shire{s}"] = shire
-            m.d.comb += [shire.i_send_cycles.eq(latency[MeshReg.SEND_CYCLES]),
+            m.d.comb += [shire.i_shire.eq(s),
+                         shire.i_we.eq(self.cfg_we & ~self.cfg_addr[14]
+                                       & (self.cfg_addr[9:14] == s)),
+                         shire.i_minion.eq(self.cfg_addr[4:9]),
+                         shire.i_reg.eq(self.cfg_addr[:4]), shire.i_data.eq(self.cfg_data),
+                         shire.i_init.eq(self.ctl_init), shire.i_start.eq(self.ctl_start),
+                         shire.i_verify.eq(self.ctl_verify), shire.i_now.eq(now),
+                         shire.i_send_cycles.eq(latency[MeshReg.SEND_CYCLES]),
                          shire.i_recv_cycles.eq(latency[MeshReg.RECV_CYCLES]),
                          shire.i_tree_cycles.eq(latency[MeshReg.TREE_CYCLES]),
                          shire.i_xbar_cycles.eq(latency[MeshReg.XBAR_CYCLES]),
@@ -283,44 +361,20 @@ class EtSocMesh(wiring.Component):
                          shire.i_ack_flits.eq(latency[MeshReg.ACK_FLITS])]
             shires.append(shire)
             overflow.append(shire.o_overflow)
-            up_pipe = LinkDelay(flit_layout=layout, capacity=2 * depth)
-            up = LinkCdc(flit_layout=layout, depth=depth, out_credits=depth,
-                         i_domain="sync", o_domain="mesh")
-            down = LinkCdc(flit_layout=layout, depth=depth, out_credits=depth,
-                           i_domain="mesh", o_domain="sync")
-            down_pipe = LinkDelay(flit_layout=layout, capacity=2 * depth)
-            m.d.comb += [up_pipe.i_latency.eq(latency[MeshReg.PORT_CYCLES]),
-                         down_pipe.i_latency.eq(latency[MeshReg.PORT_CYCLES])]
-            overflow += [up_pipe.o_overflow, down_pipe.o_overflow, up.o_overflow, down.o_overflow]
-            m.submodules[f"port{s}_up_pipe"] = up_pipe
-            m.submodules[f"port{s}_up"] = up
-            m.submodules[f"port{s}_down"] = down
-            m.submodules[f"port{s}_down_pipe"] = down_pipe
-            wiring.connect(m, shire.o_mesh, up_pipe.i)
-            wiring.connect(m, up_pipe.o, up.i)
-            wiring.connect(m, up.o, routers[cell].i[Port.LOCAL])
-            wiring.connect(m, routers[cell].o[Port.LOCAL], down.i)
-            wiring.connect(m, down.o, down_pipe.i)
-            wiring.connect(m, down_pipe.o, shire.i_mesh)
+            port = SharedModule(ShirePort, "etsoc_shire_port", domains=("sync", "mesh"),
+                                flit_layout=layout, depth=depth)
+            m.submodules[f"port{s}"] = port
+            m.d.comb += port.i_latency.eq(latency[MeshReg.PORT_CYCLES])
+            overflow.append(port.o_overflow)
+            wiring.connect(m, shire.o_mesh, port.i_up)
+            wiring.connect(m, port.o_up, routers[cell].i[Port.LOCAL])
+            wiring.connect(m, routers[cell].o[Port.LOCAL], port.i_down)
+            wiring.connect(m, port.o_down, shire.i_mesh)
 
-        engines = [e for shire in shires for e in shire.engines]
-        index = {}
-        for s, shire in enumerate(shires):
-            for k, e in enumerate(shire.engines):
-                index[cfg.minion_id(s, k)] = e
-        target = self.cfg_addr[4:14]
-        for gid, e in index.items():
-            m.d.comb += [
-                e.i_we.eq(self.cfg_we & ~self.cfg_addr[14] & (target == gid)),
-                e.i_reg.eq(self.cfg_addr[:4]),
-                e.i_data.eq(self.cfg_data),
-                e.i_init.eq(self.ctl_init), e.i_start.eq(self.ctl_start),
-                e.i_verify.eq(self.ctl_verify), e.i_now.eq(now),
-            ]
         m.d.comb += [
-            self.init_done.eq(Cat(*(e.o_init_done for e in engines)).all()),
-            self.done.eq(Cat(*(e.o_done for e in engines)).all()),
-            self.verify_done.eq(Cat(*(e.o_verify_done for e in engines)).all()),
+            self.init_done.eq(Cat(*(sh.o_init_done for sh in shires)).all()),
+            self.done.eq(Cat(*(sh.o_done for sh in shires)).all()),
+            self.verify_done.eq(Cat(*(sh.o_verify_done for sh in shires)).all()),
         ]
 
         # --- watchdog -----------------------------------------------------
@@ -332,24 +386,33 @@ class EtSocMesh(wiring.Component):
         m.submodules.watchdog = watchdog = Watchdog(cfg.watchdog_cycles)
         m.d.comb += [watchdog.i_clear.eq(self.ctl_init | self.ctl_start),
                      watchdog.i_active.eq(running & ~self.done),
-                     watchdog.i_progress.eq(Cat(*(e.o_progress for e in engines)).any()),
+                     watchdog.i_progress.eq(Cat(*(sh.o_progress for sh in shires)).any()),
                      self.stuck.eq(watchdog.o_stuck)]
 
         # --- counters -------------------------------------------------------
-        values = [watchdog.o_cycles, self.stuck, watchdog.o_idle, Cat(*overflow).any()]
-        for e in engines:
-            values += [e.o_tx_msgs, e.o_rx_msgs, e.o_first_rx, e.o_last_rx, e.o_checksum,
-                       Cat(e.o_errors, e.o_first_stray), e.o_ready_from, e.o_blocked_ready,
-                       Cat(e.o_done, e.o_init_done, e.o_verify_done, e.o_sleeping,
-                           Const(0, 4), e.o_credits), e.o_tx_sum, e.o_rx_sum,
-                       e.o_first_stray_cycle]
+        # Engine counters are read through their shire: shire s holds indices
+        # base + s * per_shire onwards (counter_names order).
+        head = [watchdog.o_cycles, self.stuck, watchdog.o_idle, Cat(*overflow).any()]
+        per_shire = cfg.minions_per_shire * len(ENGINE_COUNTERS)
+        tail_base = len(head) + len(shires) * per_shire
+        tail = []
         for y in range(cfg.mesh_rows):
             for x in range(cfg.mesh_cols):
                 router = routers[x, y]
-                values += [router.o_occupied, router.o_no_credit, *router.o_wants]
-        assert len(values) == len(counter_names(cfg))
+                tail += [router.o_occupied, router.o_no_credit, *router.o_wants]
+        assert tail_base + len(tail) == len(counter_names(cfg))
+        for s, shire in enumerate(shires):
+            m.d.comb += shire.i_rd_addr.eq(self.rd_addr - (len(head) + s * per_shire))
         with m.Switch(self.rd_addr):
-            for i, v in enumerate(values):
+            for i, v in enumerate(head):
                 with m.Case(i):
                     m.d.comb += self.rd_data.eq(v)
+            for i, v in enumerate(tail):
+                with m.Case(tail_base + i):
+                    m.d.comb += self.rd_data.eq(v)
+            with m.Default():
+                for s, shire in enumerate(shires):
+                    base = len(head) + s * per_shire
+                    with m.If((self.rd_addr >= base) & (self.rd_addr < base + per_shire)):
+                        m.d.comb += self.rd_data.eq(shire.o_rd_data)
         return m

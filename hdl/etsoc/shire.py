@@ -16,11 +16,27 @@ from amaranth.lib.wiring import In, Out
 
 from ..common.credit import CreditLink, LinkDelay, StreamToLink, VcInputBuffer
 from ..common.flit import VC
+from ..common.shared import SharedModule
 from ..common.switch import CreditSwitch
 from .config import tree_edge
 from .engine import MinionEngine, MsgKind
 
-__all__ = ["Shire", "ShireBarrier"]
+__all__ = ["ENGINE_COUNTERS", "Shire", "ShireBarrier", "engine_counters"]
+
+#: Per-engine counters, in address order within an engine.
+ENGINE_COUNTERS = ("tx_msgs", "rx_msgs", "first_rx", "last_rx", "checksum", "errors",
+                   "ready_from", "blocked_ready", "state", "tx_sum", "rx_sum",
+                   "first_stray_cycle")
+
+
+def engine_counters(e):
+    """The values of :data:`ENGINE_COUNTERS` of engine ``e`` (a
+    :class:`MinionEngine`), each at most 32 bits; the packed ones are described
+    by :func:`hdl.etsoc.mesh.counter_names`."""
+    return [e.o_tx_msgs, e.o_rx_msgs, e.o_first_rx, e.o_last_rx, e.o_checksum,
+            Cat(e.o_errors, e.o_first_stray), e.o_ready_from, e.o_blocked_ready,
+            Cat(e.o_done, e.o_init_done, e.o_verify_done, e.o_sleeping, Const(0, 4),
+                e.o_credits), e.o_tx_sum, e.o_rx_sum, e.o_first_stray_cycle]
 
 
 def is_barrier_unit_flit(flit):
@@ -48,13 +64,13 @@ class ShireBarrier(wiring.Component):
 
     Parameters
     ----------
-    shire : int
-        Logical shire ID; credits go to ``shire << 5 | k``.
     flit_layout : StructLayout
         Flit layout (``node_bits`` 10).
 
     Members
     -------
+    i_shire : In(5)
+        Logical shire ID; credits go to ``shire << 5 | k``.  Hold it constant.
     i : In(stream.Signature(flit_layout))
         ``FLB`` and ``CREDIT_MCAST`` flits; any other kind is dropped and counted.
     o : Out(stream.Signature(flit_layout))
@@ -63,11 +79,10 @@ class ShireBarrier(wiring.Component):
         Flits of another kind taken in (saturates at 255).
     """
 
-    def __init__(self, *, shire, flit_layout):
-        self.shire = shire
+    def __init__(self, *, flit_layout):
         self.flit_layout = flit_layout
         flit = stream.Signature(flit_layout)
-        super().__init__({"i": In(flit), "o": Out(flit), "o_errors": Out(8)})
+        super().__init__({"i_shire": In(5), "i": In(flit), "o": Out(flit), "o_errors": Out(8)})
 
     def elaborate(self, platform):
         m = Module()
@@ -87,7 +102,7 @@ class ShireBarrier(wiring.Component):
         with m.If(fan.any()):
             with m.If(free):
                 m.d.sync += [self.o.valid.eq(1), out.kind.eq(MsgKind.CREDIT), out.src.eq(fan_src),
-                             out.dst.eq(Cat(lowest, Const(self.shire, 5))), out.data.eq(0),
+                             out.dst.eq(Cat(lowest, self.i_shire)), out.data.eq(0),
                              fan.eq(fan & (fan - 1))] + common
         with m.Else():
             m.d.comb += self.i.ready.eq(free)
@@ -109,18 +124,23 @@ class Shire(wiring.Component):
     """One compute shire: its minions' engines, neighbourhood switches and crossbar.
     Clock: minion clock (600 MHz, domain ``sync``).
 
+    One Verilog module serves every shire of a build
+    (:class:`~hdl.common.shared.SharedModule`): the shire's ID is a port, and
+    the engines' register and counter ports are reached through the shire's.
+
     Parameters
     ----------
     cfg : MeshConfig
         ``neighbourhoods`` x ``minions_per_neighbourhood`` minions are built,
         with buffers of ``link_buffer_flits`` per VC.
-    shire : int
-        Logical shire ID (0..31); minion ``k`` has global index ``shire << 5 | k``.
     flit_layout : StructLayout
         Flit layout (``node_bits`` 10).
 
     Members
     -------
+    i_shire : In(5)
+        Logical shire ID (0..31); minion ``k`` has global index ``shire << 5 |
+        k``.  Hold it constant.
     o_mesh : Out(CreditLink(flit_layout))
         Flits leaving the shire for the mesh.
     i_mesh : In(CreditLink(flit_layout))
@@ -139,27 +159,35 @@ class Shire(wiring.Component):
         is the mesh port's, outside the shire.
     i_window_flits, i_ack_flits : In(8)
         The engines' send window and ACK spacing (see :class:`MinionEngine`).
-
-    Attributes
-    ----------
-    engines : list of MinionEngine
-        Minion ``k``'s engine; the top level drives their register ports and
-        reads their counters.
+    i_we, i_minion : In(1), In(5); i_reg : In(4); i_data : In(32)
+        Write ``i_data`` to register ``i_reg`` of minion ``i_minion`` of this
+        shire (a minion that is not built ignores it).
+    i_init, i_start, i_verify : In(1); i_now : In(32)
+        To every engine (see :class:`MinionEngine`).
+    o_init_done, o_done, o_verify_done : Out(1)
+        Every engine's; ``o_progress`` : Out(1), some engine's.
+    i_rd_addr : In(ceil(log2(minions * 12))); o_rd_data : Out(32)
+        Counter ``i_rd_addr % 12`` (:data:`ENGINE_COUNTERS` order, see
+        :func:`engine_counters`) of minion ``i_rd_addr // 12``
+        (combinational).
     """
 
-    def __init__(self, cfg, shire, flit_layout):
+    def __init__(self, cfg, flit_layout):
         self.cfg = cfg
-        self.shire = shire
         self.flit_layout = flit_layout
         link = CreditLink(flit_layout)
-        super().__init__({"o_mesh": Out(link), "i_mesh": In(link), "o_overflow": Out(1),
+        n_counters = cfg.minions_per_shire * len(ENGINE_COUNTERS)
+        super().__init__({"i_shire": In(5),
+                          "o_mesh": Out(link), "i_mesh": In(link), "o_overflow": Out(1),
                           "i_send_cycles": In(8), "i_recv_cycles": In(8),
                           "i_tree_cycles": In(8), "i_xbar_cycles": In(8),
-                          "i_window_flits": In(8), "i_ack_flits": In(8)})
-        self.engines = [
-            MinionEngine(minion=cfg.minion_id(shire, k), flit_layout=flit_layout,
-                         registers=cfg.registers, flits_per_register=cfg.flits_per_register)
-            for k in range(cfg.minions_per_shire)]
+                          "i_window_flits": In(8), "i_ack_flits": In(8),
+                          "i_we": In(1), "i_minion": In(5), "i_reg": In(4), "i_data": In(32),
+                          "i_init": In(1), "i_start": In(1), "i_verify": In(1),
+                          "i_now": In(32),
+                          "o_init_done": Out(1), "o_done": Out(1), "o_verify_done": Out(1),
+                          "o_progress": Out(1),
+                          "i_rd_addr": In(range(n_counters)), "o_rd_data": Out(32)})
 
     def elaborate(self, platform):
         m = Module()
@@ -177,13 +205,40 @@ class Shire(wiring.Component):
         def local(index):
             return index % mpn if mpn > 1 else 0
 
+        engines = []
+        for k in range(cfg.minions_per_shire):
+            engine = SharedModule(MinionEngine, "etsoc_minion_engine", flit_layout=layout,
+                                  registers=cfg.registers,
+                                  flits_per_register=cfg.flits_per_register)
+            m.submodules[f"engine{k}"] = engine
+            m.d.comb += [engine.i_minion.eq(Cat(Const(k, 5), self.i_shire)),
+                         engine.i_we.eq(self.i_we & (self.i_minion == k)),
+                         engine.i_reg.eq(self.i_reg), engine.i_data.eq(self.i_data),
+                         engine.i_init.eq(self.i_init), engine.i_start.eq(self.i_start),
+                         engine.i_verify.eq(self.i_verify), engine.i_now.eq(self.i_now),
+                         engine.i_send_cycles.eq(self.i_send_cycles),
+                         engine.i_recv_cycles.eq(self.i_recv_cycles),
+                         engine.i_window_flits.eq(self.i_window_flits),
+                         engine.i_ack_flits.eq(self.i_ack_flits)]
+            engines.append(engine)
+        m.d.comb += [
+            self.o_init_done.eq(Cat(*(e.o_init_done for e in engines)).all()),
+            self.o_done.eq(Cat(*(e.o_done for e in engines)).all()),
+            self.o_verify_done.eq(Cat(*(e.o_verify_done for e in engines)).all()),
+            self.o_progress.eq(Cat(*(e.o_progress for e in engines)).any()),
+        ]
+        with m.Switch(self.i_rd_addr):
+            for i, value in enumerate(v for e in engines for v in engine_counters(e)):
+                with m.Case(i):
+                    m.d.comb += self.o_rd_data.eq(value)
+
         xbar_pipes = []
         for nb in range(nbs):
             def nb_route(m, flit, i, nb=nb):
                 if i == mpn:        # from the crossbar: always for this neighbourhood
                     return flit.dst[:5] % mpn if mpn > 1 else 0
                 dst_local = flit.dst[:5]
-                same = (flit.dst[5:10] == self.shire) & (dst_local // mpn == nb)
+                same = (flit.dst[5:10] == self.i_shire) & (dst_local // mpn == nb)
                 if mpn == 1:
                     return mpn
                 a = Const(i, lbits)
@@ -197,12 +252,7 @@ class Shire(wiring.Component):
             overflow.append(switch.o_overflow)
             for k in range(mpn):
                 minion = nb * mpn + k
-                engine = self.engines[minion]
-                m.submodules[f"engine{minion}"] = engine
-                m.d.comb += [engine.i_send_cycles.eq(self.i_send_cycles),
-                             engine.i_recv_cycles.eq(self.i_recv_cycles),
-                             engine.i_window_flits.eq(self.i_window_flits),
-                             engine.i_ack_flits.eq(self.i_ack_flits)]
+                engine = engines[minion]
                 send = StreamToLink(flit_layout=layout, credits=depth)
                 m.submodules[f"send{minion}"] = send
                 wiring.connect(m, engine.o_req, send.i[VC.REQ])
@@ -222,7 +272,7 @@ class Shire(wiring.Component):
             xbar_pipes.append(switch)
 
         def xbar_route(m, flit, i):
-            here = flit.dst[5:10] == self.shire
+            here = flit.dst[5:10] == self.i_shire
             nb_of = flit.dst[:5] // mpn if nbs > 1 else 0
             return Mux(here, Mux(is_barrier_unit_flit(flit), nbs + 1, nb_of), nbs)
 
@@ -241,8 +291,9 @@ class Shire(wiring.Component):
             wiring.connect(m, down.o, switch.i[mpn])
         wiring.connect(m, xbar.o[nbs], wiring.flipped(self.o_mesh))
         wiring.connect(m, wiring.flipped(self.i_mesh), xbar.i[nbs])
-        barrier = ShireBarrier(shire=self.shire, flit_layout=layout)
+        barrier = ShireBarrier(flit_layout=layout)
         m.submodules.barrier = barrier
+        m.d.comb += barrier.i_shire.eq(self.i_shire)
         barrier_in = VcInputBuffer(flit_layout=layout, depth=depth)
         barrier_out = StreamToLink(flit_layout=layout, credits=depth)
         m.submodules.barrier_in = barrier_in

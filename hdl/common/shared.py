@@ -1,0 +1,136 @@
+"""One Verilog module for every instance of a block that is built many times.
+
+Amaranth elaborates each instance of a component on its own and emits it as
+its own Verilog module, so 32 identical shires become 32 copies of the same
+text: elaboration, Yosys and the Verilator build all pay 32 times.  A
+:class:`SharedModule` stands where the block would be.  Inside
+:func:`collect_shared_modules` (which :func:`sim.build.generate_verilog`
+uses) it elaborates to an ``Instance`` of one module generated once for all
+instances; anywhere else (Amaranth's simulator, the formal proofs) it
+elaborates to a fresh copy of the block, so the design behaves the same
+either way.
+
+A block is shareable when nothing differs between its instances but the
+values on its ports: per-instance constants (a shire's ID, a router's cell)
+become input ports the parent ties to constants.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+
+from amaranth.hdl import ClockSignal, Instance, Module, ResetSignal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In
+
+__all__ = ["SharedModule", "collect_shared_modules", "port_name"]
+
+_COLLECTOR: contextvars.ContextVar[dict | None] = contextvars.ContextVar(
+    "fabricsim_shared_modules", default=None)
+
+
+def port_name(path) -> str:
+    """Verilog port name of a flattened signature member (``("o", 2, "payload")``
+    becomes ``o__2__payload``), as Amaranth's Verilog back end names a top
+    level's ports."""
+    return "__".join(str(part) for part in path)
+
+
+@contextlib.contextmanager
+def collect_shared_modules() -> Iterator[dict]:
+    """While active, every :class:`SharedModule` elaborates to an ``Instance``
+    and registers its block in the yielded dict ``{module name: (key,
+    factory)}``, to be generated once by the caller.
+
+    Raises
+    ------
+    RuntimeError
+        On exit of an inner ``with`` nested in an active one (not supported).
+    """
+    if _COLLECTOR.get() is not None:
+        raise RuntimeError("collect_shared_modules() is already active")
+    modules: dict = {}
+    token = _COLLECTOR.set(modules)
+    try:
+        yield modules
+    finally:
+        _COLLECTOR.reset(token)
+
+
+class SharedModule(wiring.Component):
+    """Stand-in for one instance of ``cls(**kwargs)`` with the same signature.
+
+    Parameters
+    ----------
+    cls : type of wiring.Component
+        The block; built as ``cls(**kwargs)``.
+    module_name : str
+        Verilog module name of the shared module (a plain identifier, unique
+        in the design for this ``cls`` and ``kwargs``).
+    domains : tuple of str
+        Clock domains of the block, as the block names them; each adds the
+        ports ``clk``/``rst`` (``sync``) or ``<domain>_clk``/``<domain>_rst``
+        (any other), as Amaranth's Verilog back end names them.
+    **kwargs
+        Construction arguments; their ``repr`` must tell apart every two
+        blocks that elaborate differently.
+
+    Members
+    -------
+    Those of ``cls(**kwargs).signature``, port for port.
+
+    Raises
+    ------
+    ValueError
+        At elaboration, when ``module_name`` is already registered with other
+        construction arguments.
+    """
+
+    def __init__(self, cls, module_name, *, domains=("sync",), **kwargs):
+        if not (module_name.isidentifier() and module_name.isascii()):
+            self._MustUse__silence = True     # never built: nothing to warn about
+            raise ValueError(f"module_name must be a Verilog identifier, not {module_name!r}")
+        self._cls, self._kwargs = cls, kwargs
+        self.module_name = module_name
+        self.domains = tuple(domains)
+        self.key = f"{cls.__module__}.{cls.__qualname__}({sorted(kwargs.items())!r})"
+        #: This instance's own copy of the block: elaborated in its place
+        #: outside :func:`collect_shared_modules`, else only its signature is used.
+        self.block = self.build()
+        super().__init__(self.block.signature)
+
+    def build(self):
+        """A fresh ``cls(**kwargs)``."""
+        return self._cls(**self._kwargs)
+
+    def elaborate(self, platform):
+        modules = _COLLECTOR.get()
+        if modules is None:
+            m = Module()
+            m.submodules.block = self.block
+            inner = dict((path, value) for path, _, value in
+                         self.block.signature.flatten(self.block))
+            for path, member, value in self.signature.flatten(self):
+                if member.flow == In:
+                    m.d.comb += inner[path].eq(value)
+                else:
+                    m.d.comb += value.eq(inner[path])
+            return m
+        # The module is generated from a copy of its own; this one stands for
+        # it here, which is a use (no "created but never used" warning).
+        self.block._MustUse__used = True
+        known = modules.setdefault(self.module_name, (self.key, self.build))
+        if known[0] != self.key:
+            raise ValueError(f"module_name {self.module_name!r} names two different blocks: "
+                             f"{known[0]} and {self.key}")
+        ports = {}
+        for domain in self.domains:
+            prefix = "" if domain == "sync" else f"{domain}_"
+            ports[f"i_{prefix}clk"] = ClockSignal(domain)
+            ports[f"i_{prefix}rst"] = ResetSignal(domain)
+        for path, member, value in self.signature.flatten(self):
+            direction = "i" if member.flow == In else "o"
+            ports[f"{direction}_{port_name(path)}"] = value
+        return Instance(self.module_name, **ports)

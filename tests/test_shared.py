@@ -1,0 +1,123 @@
+"""One Verilog module per shared block (:mod:`hdl.common.shared`).
+
+A small block with a per-instance constant port, an array of streams and a
+register stands in for a shire: the hierarchical Verilog holds it once, the
+flat design (Amaranth's simulator) behaves as the hierarchy would, and
+misuse is refused with a clear error.
+"""
+
+import os
+import subprocess
+
+import pytest
+from amaranth import Module
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.sim import Simulator
+
+from hdl.common.shared import SharedModule, collect_shared_modules
+from sim.build import convert_hierarchy
+from sim.runner import VERILATOR_WAIVERS
+from sim.toolchain import verilator_env
+
+
+class Tagger(wiring.Component):
+    """Adds ``i_id + bias`` to each of ``lanes`` input streams' payloads, one
+    register stage."""
+
+    def __init__(self, *, lanes, width, bias=0):
+        self.lanes, self.bias = lanes, bias
+        super().__init__({"i_id": In(8), "i": In(stream.Signature(width)).array(lanes),
+                          "o": Out(stream.Signature(width)).array(lanes)})
+
+    def elaborate(self, platform):
+        m = Module()
+        for k in range(self.lanes):
+            m.d.comb += self.i[k].ready.eq(~self.o[k].valid | self.o[k].ready)
+            with m.If(self.i[k].ready):
+                m.d.sync += [self.o[k].valid.eq(self.i[k].valid),
+                             self.o[k].payload.eq(self.i[k].payload + self.i_id + self.bias)]
+        return m
+
+
+class Chain(wiring.Component):
+    """Three taggers in a row (ids 1, 2, 3), each a shared module; the last
+    one built with ``bias``."""
+
+    def __init__(self, name="tagger", bias=0):
+        self.module_name, self.bias = name, bias
+        super().__init__({"i": In(stream.Signature(16)).array(2),
+                          "o": Out(stream.Signature(16)).array(2)})
+
+    def elaborate(self, platform):
+        m = Module()
+        prev = [wiring.flipped(self.i[k]) for k in range(2)]
+        for n in range(3):
+            t = SharedModule(Tagger, self.module_name, lanes=2, width=16,
+                             bias=self.bias if n == 2 else 0)
+            m.submodules[f"t{n}"] = t
+            m.d.comb += t.i_id.eq(n + 1)
+            for k in range(2):
+                wiring.connect(m, prev[k], t.i[k])
+            prev = list(t.o)
+        for k in range(2):
+            wiring.connect(m, prev[k], wiring.flipped(self.o[k]))
+        return m
+
+
+def test_the_hierarchy_holds_one_module_for_every_instance():
+    text = convert_hierarchy(Chain(), "chain")
+    assert text.count("module tagger(") == 1
+    assert text.count("  tagger t") == 3
+
+
+def test_the_flat_design_behaves_as_the_shared_one_would():
+    dut = Chain()
+    got = []
+
+    async def bench(ctx):
+        for k in range(2):
+            ctx.set(dut.o[k].ready, 1)
+        for value in (10, 20, 30):
+            ctx.set(dut.i[1].valid, 1)
+            ctx.set(dut.i[1].payload, value)
+            await ctx.tick()
+        ctx.set(dut.i[1].valid, 0)
+        for _ in range(5):
+            if ctx.get(dut.o[1].valid):
+                got.append(ctx.get(dut.o[1].payload))
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert got == [16, 26, 36]      # + 1 + 2 + 3
+
+
+def test_verilator_accepts_the_hierarchy(tmp_path):
+    path = tmp_path / "chain.v"
+    path.write_text(convert_hierarchy(Chain(), "chain"))
+    done = subprocess.run(["verilator", "--lint-only", *VERILATOR_WAIVERS, "--top-module",
+                           "chain", str(path)], env=dict(os.environ, **verilator_env()),
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def test_one_name_for_two_different_blocks_is_refused():
+    with pytest.raises(ValueError, match="module_name 'tagger' names two different blocks"):
+        convert_hierarchy(Chain(bias=5), "chain")
+
+
+def test_a_shared_module_may_not_take_the_top_level_name():
+    with pytest.raises(ValueError, match="shared module 'chain' has the top level's name"):
+        convert_hierarchy(Chain(name="chain"), "chain")
+
+
+def test_bad_module_name_and_nested_collection_are_refused():
+    with pytest.raises(ValueError, match="module_name must be a Verilog identifier"):
+        SharedModule(Tagger, "tag-ger", lanes=1, width=8)
+    with collect_shared_modules():
+        with pytest.raises(RuntimeError, match="already active"):
+            with collect_shared_modules():
+                pass
