@@ -282,9 +282,9 @@ def convert_hierarchy(component: Any, name: str) -> str:
                 if module_name == name:
                     raise ValueError(f"shared module {module_name!r} has the top level's name")
                 done.add(module_name)
-                _, build = modules[module_name]
+                block = modules[module_name].take()
                 texts.append(mark_hier_block(
-                    verilog.convert(build(), name=module_name, emit_src=False), module_name))
+                    verilog.convert(block, name=module_name, emit_src=False), module_name))
     return "\n".join(texts)
 
 

@@ -309,7 +309,8 @@ class AckHarness(Harness):
     def build(self, m):
         n, slot = self.n_nodes, 0
         layout = _tiny_layout(data_bits=16, node_bits=max(n - 1, 1).bit_length())
-        m.submodules.dut = dut = AckCoalescer(flit_layout=layout, n_nodes=n, slot=slot)
+        m.submodules.dut = dut = AckCoalescer(flit_layout=layout, n_nodes=n)
+        m.d.comb += dut.i_slot.eq(slot)
         written, src = self.free(1, "i_written"), self.free(range(n), "i_src")
         idle, threshold = self.free(1, "i_idle"), self.free(16, "i_threshold")
         ready = self.free(1, "o_ready")

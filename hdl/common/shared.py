@@ -41,8 +41,8 @@ def port_name(path) -> str:
 @contextlib.contextmanager
 def collect_shared_modules() -> Iterator[dict]:
     """While active, every :class:`SharedModule` elaborates to an ``Instance``
-    and registers its block in the yielded dict ``{module name: (key,
-    factory)}``, to be generated once by the caller.
+    and registers its block in the yielded dict ``{module name: pending}``;
+    the caller converts ``pending.take()`` (a block) once per name.
 
     Raises
     ------
@@ -57,6 +57,9 @@ def collect_shared_modules() -> Iterator[dict]:
         yield modules
     finally:
         _COLLECTOR.reset(token)
+        for entry in modules.values():
+            if entry.block is not None:         # never converted: an error cut it short
+                entry.block._MustUse__silence = True
 
 
 class SharedModule(wiring.Component):
@@ -96,10 +99,16 @@ class SharedModule(wiring.Component):
         self.module_name = module_name
         self.domains = tuple(domains)
         self.key = f"{cls.__module__}.{cls.__qualname__}({sorted(kwargs.items())!r})"
-        #: This instance's own copy of the block: elaborated in its place
-        #: outside :func:`collect_shared_modules`, else only its signature is used.
-        self.block = self.build()
-        super().__init__(self.block.signature)
+        # The first stand-in for a block builds one to learn its signature and
+        # keeps it, to be elaborated in its place or converted as the shared
+        # module; the others build nothing until a flat elaboration needs a
+        # copy.  So no block is ever built and left unused.
+        self._block = None
+        signature = _SIGNATURES.get(self.key)
+        if signature is None:
+            self._block = self.build()
+            signature = _SIGNATURES[self.key] = self._block.signature
+        super().__init__(signature)
 
     def build(self):
         """A fresh ``cls(**kwargs)``."""
@@ -109,22 +118,23 @@ class SharedModule(wiring.Component):
         modules = _COLLECTOR.get()
         if modules is None:
             m = Module()
-            m.submodules.block = self.block
-            inner = dict((path, value) for path, _, value in
-                         self.block.signature.flatten(self.block))
+            block, self._block = self._block or self.build(), None
+            m.submodules.block = block
+            inner = dict((path, value) for path, _, value in block.signature.flatten(block))
             for path, member, value in self.signature.flatten(self):
                 if member.flow == In:
                     m.d.comb += inner[path].eq(value)
                 else:
                     m.d.comb += value.eq(inner[path])
             return m
-        # The module is generated from a copy of its own; this one stands for
-        # it here, which is a use (no "created but never used" warning).
-        self.block._MustUse__used = True
-        known = modules.setdefault(self.module_name, (self.key, self.build))
-        if known[0] != self.key:
+        entry = modules.setdefault(self.module_name, _Pending(self.key, self.build))
+        if entry.key != self.key:
+            if self._block is not None:
+                self._block._MustUse__silence = True
             raise ValueError(f"module_name {self.module_name!r} names two different blocks: "
-                             f"{known[0]} and {self.key}")
+                             f"{entry.key} and {self.key}")
+        if self._block is not None and entry.block is None:
+            entry.block, self._block = self._block, None
         ports = {}
         for domain in self.domains:
             prefix = "" if domain == "sync" else f"{domain}_"
@@ -134,3 +144,19 @@ class SharedModule(wiring.Component):
             direction = "i" if member.flow == In else "o"
             ports[f"{direction}_{port_name(path)}"] = value
         return Instance(self.module_name, **ports)
+
+
+#: Signature of each block seen, by :attr:`SharedModule.key`.
+_SIGNATURES: dict[str, wiring.Signature] = {}
+
+
+class _Pending:
+    """A shared module to generate: its block's key and a way to get the block."""
+
+    def __init__(self, key, build):
+        self.key, self.build, self.block = key, build, None
+
+    def take(self):
+        """The block to convert: the one a stand-in built, else a new one."""
+        block, self.block = self.block or self.build(), None
+        return block

@@ -30,11 +30,11 @@ class AckCoalescer(wiring.Component):
         Flit layout.
     n_nodes : int
         Number of SM slots (sources).
-    slot : int
-        This SM's slot (the ACK flits' ``src``).
 
     Members
     -------
+    i_slot : In(range(n_nodes))
+        This SM's slot (the ACK flits' ``src``); hold it constant.
     i_written : In(1)
         A write-data flit from ``i_src`` was absorbed this cycle.
     i_src : In(range(n_nodes))
@@ -51,17 +51,16 @@ class AckCoalescer(wiring.Component):
     Raises
     ------
     ValueError
-        If ``n_nodes`` is not positive or ``slot`` is not one of its slots.
+        If ``n_nodes`` is not positive.
     """
 
-    def __init__(self, *, flit_layout, n_nodes, slot):
+    def __init__(self, *, flit_layout, n_nodes):
         if not (isinstance(n_nodes, int) and n_nodes >= 1):
             raise ValueError(f"n_nodes must be a positive integer, not {n_nodes!r}")
-        if not (isinstance(slot, int) and 0 <= slot < n_nodes):
-            raise ValueError(f"slot must be an integer from 0 to {n_nodes - 1}, not {slot!r}")
         self.flit_layout = flit_layout
-        self.n_nodes, self.slot = n_nodes, slot
+        self.n_nodes = n_nodes
         super().__init__({
+            "i_slot": In(range(n_nodes)),
             "i_written": In(1),
             "i_src": In(range(n_nodes)),
             "i_idle": In(1),
@@ -93,7 +92,7 @@ class AckCoalescer(wiring.Component):
                 self.o.valid.eq(1),
                 flit.kind.eq(Kind.ACK),
                 flit.vc.eq(VC.RSP),
-                flit.src.eq(self.slot),
+                flit.src.eq(self.i_slot),
                 flit.dst.eq(arb.grant_index),
                 flit.data.eq(owed[arb.grant_index]),
                 flit.last.eq(1),

@@ -97,7 +97,8 @@ def pattern_word(slot, addr, seed, lanes):
             lane = (i & 0xF) | (addr & 0x3FFF) << 4 | (slot & 0x1F) << 18 | (seed & 0x1FF) << 23
             word |= lane << (32 * i)
         return word
-    return Cat(*(Cat(Const(i, 4), addr[:14], slot[:5], Const(seed, 9) if isinstance(seed, int)
+    slot5 = Cat(slot, Const(0, 5))[:5]      # a narrower slot, zero-extended
+    return Cat(*(Cat(Const(i, 4), addr[:14], slot5, Const(seed, 9) if isinstance(seed, int)
                      else seed[:9]) for i in range(lanes)))
 
 
@@ -190,11 +191,14 @@ class SmEndpoint(wiring.Component):
         Model configuration (structural fields are used).
     flit_layout : StructLayout
         Flit layout.
-    slot : int
-        This SM's slot, 0..17.
+
+    One Verilog module serves every SM (:class:`~hdl.common.shared.SharedModule`):
+    the SM's slot is a port.
 
     Members
     -------
+    i_slot : In(range(n_slots))
+        This SM's slot, 0..17; hold it constant.
     cfg_we, cfg_addr, cfg_data : In(1), In(6), In(32)
         Register write port (see :class:`StreamReg`, :class:`CheckReg`,
         :class:`GlobalReg`).
@@ -258,20 +262,14 @@ class SmEndpoint(wiring.Component):
         wrong arrival.
     i_fault : In(2)
         :class:`Fault` to inject into this run's first arriving data flit.
-
-    Raises
-    ------
-    ValueError
-        If ``slot`` is not a slot of ``cfg``.
     """
 
-    def __init__(self, *, cfg, flit_layout, slot):
-        if not (isinstance(slot, int) and 0 <= slot < cfg.n_slots):
-            raise ValueError(f"slot must be an integer from 0 to {cfg.n_slots - 1}, not {slot!r}")
-        self.cfg, self.flit_layout, self.slot = cfg, flit_layout, slot
+    def __init__(self, *, cfg, flit_layout):
+        self.cfg, self.flit_layout = cfg, flit_layout
         self.addr_bits = max(cfg.smem_words - 1, 1).bit_length()
         self.words_per_flit_granules = cfg.flit_bytes // GRANULE_BYTES
         super().__init__({
+            "i_slot": In(range(cfg.n_slots)),
             "cfg_we": In(1), "cfg_addr": In(6), "cfg_data": In(32),
             "ctl_init": In(1), "ctl_start": In(1), "ctl_verify": In(1),
             "o_req": Out(stream.Signature(flit_layout)),
@@ -294,7 +292,7 @@ class SmEndpoint(wiring.Component):
     # ------------------------------------------------------------------
     def elaborate(self, platform):
         m = Module()
-        cfg, layout, slot = self.cfg, self.flit_layout, self.slot
+        cfg, layout, slot = self.cfg, self.flit_layout, self.i_slot
         abits = self.addr_bits
         gpf = self.words_per_flit_granules          # granules per flit
         lanes = cfg.flit_bytes // 4
@@ -507,7 +505,7 @@ class SmEndpoint(wiring.Component):
         with m.If(filling):
             m.d.comb += [
                 wport.addr.eq(fill_addr),
-                wport.data.eq(Mux(in_check, 0, pattern_word(Const(slot, 5), fill_addr,
+                wport.data.eq(Mux(in_check, 0, pattern_word(slot, fill_addr,
                                                             cfg.data_seed, lanes))),
                 wport.en.eq(full_mask),
             ]
@@ -581,9 +579,10 @@ class SmEndpoint(wiring.Component):
             m.d.comb += read_queue.r_en.eq(final)
 
         # --- acknowledgements --------------------------------------------------
-        ack = AckCoalescer(flit_layout=layout, n_nodes=cfg.n_slots, slot=slot)
+        ack = AckCoalescer(flit_layout=layout, n_nodes=cfg.n_slots)
         m.submodules.ack = ack
         m.d.comb += [
+            ack.i_slot.eq(slot),
             ack.i_threshold.eq(self.i_ack_threshold),
             ack.i_written.eq(is_data & (got.kind == Kind.WR_DATA)),
             ack.i_src.eq(got.src),

@@ -14,6 +14,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..common.flit import flit_layout
+from ..common.shared import SharedModule
 from ..common.watchdog import Watchdog
 from .config import DsmConfig, cpc_of, eg_of, tpc_of
 from .endpoint import SmEndpoint
@@ -181,7 +182,7 @@ class Gpc(wiring.Component):
 
         sms, shapers = [], []
         for s in range(cfg.n_slots):
-            sm = SmEndpoint(cfg=cfg, flit_layout=layout, slot=s)
+            sm = SharedModule(SmEndpoint, "dsm_sm_endpoint", cfg=cfg, flit_layout=layout)
             shaper = InjectionShaper(flit_layout=layout, credits=depth)
             m.d.comb += [shaper.i_flits.eq(knobs[GpcReg.SHAPER_FLITS]),
                          shaper.i_cycles.eq(knobs[GpcReg.SHAPER_CYCLES]),
@@ -192,6 +193,7 @@ class Gpc(wiring.Component):
             wiring.connect(m, sm.o_req, shaper.i_req)
             wiring.connect(m, sm.o_rsp, shaper.i_rsp)
             m.d.comb += [
+                sm.i_slot.eq(s),
                 sm.cfg_we.eq(self.cfg_we & (self.cfg_addr[6:] == s)),
                 sm.cfg_addr.eq(self.cfg_addr[:6]), sm.cfg_data.eq(self.cfg_data),
                 sm.ctl_init.eq(self.ctl_init), sm.ctl_start.eq(self.ctl_start),

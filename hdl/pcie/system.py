@@ -16,6 +16,7 @@ from amaranth import Array, Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from ..common.shared import SharedModule
 from ..common.watchdog import Watchdog
 from .config import GT_PER_S, gpu_switch
 from .gpu import GpuEndpoint
@@ -189,7 +190,8 @@ class PcieSystem(wiring.Component):
                      "i_blocks_per_period": retrain[16:21], "i_skp_cycles": retrain[24:29]}
 
         def new_link(name, a_credits, b_credits, gpu=None):
-            link = PcieLink(cfg, a_credits=a_credits, b_credits=b_credits)
+            link = SharedModule(PcieLink, f"pcie_link_{a_credits}_{b_credits}", cfg=cfg,
+                                a_credits=a_credits, b_credits=b_credits)
             m.submodules[name] = link
             if gpu is None:
                 m.d.comb += [getattr(link, k).eq(v) for k, v in timing.items()]
