@@ -13,6 +13,9 @@ STAMP := $(VENV)/.fabricsim-installed
 PACKAGES := $(wildcard hdl/__init__.py sim/__init__.py testbenches/__init__.py)
 
 export FABRICSIM_SIM := $(SIM)
+# Where builds and results go (make report BUILD=/tmp/b RESULTS=/tmp/r).
+BUILD ?= build
+RESULTS ?= results
 
 .PHONY: venv report test soak prove bench clean
 
@@ -29,9 +32,10 @@ $(STAMP): pyproject.toml $(PACKAGES)
 # section is current; a failure there still lets the report be written, then
 # fails the target.
 report: venv
-	@status=0; $(BIN)/python -m sim.prove || status=$$?; \
-	  $(BIN)/python -m sim.random_traffic || status=$$?; \
-	  $(BIN)/fabricsim run all && $(BIN)/fabricsim report && exit $$status
+	@status=0; $(BIN)/python -m sim.prove --build $(BUILD) --results $(RESULTS) || status=$$?; \
+	  $(BIN)/python -m sim.random_traffic --build $(BUILD) --results $(RESULTS) || status=$$?; \
+	  $(BIN)/fabricsim --build $(BUILD) --results $(RESULTS) run all && \
+	  $(BIN)/fabricsim --build $(BUILD) --results $(RESULTS) report && exit $$status
 
 # One pytest worker per CPU; each test file stays on one worker, so a file's
 # builds and shared experiment results are made once.
@@ -55,7 +59,7 @@ prove: venv
 # harness, cocotb with Verilator (and Icarus when installed) and Amaranth's
 # Python simulator; writes results/bench.json for the report.
 bench: venv
-	$(BIN)/python -m sim.bench
+	$(BIN)/python -m sim.bench --report-times --build $(BUILD) --results $(RESULTS)
 
 clean:
-	rm -rf build results
+	rm -rf $(BUILD) $(RESULTS)

@@ -1,14 +1,23 @@
 """Simulation speed: cycles per second of a fabric's top under each simulator.
 
-    python -m sim.bench [FABRIC...] [--megacycles N]      (``make bench``)
+    python -m sim.bench [FABRIC...] [--megacycles N] [--report-times]   (``make bench``)
 
 One workload per top, the same register writes and start pulses for every
 simulator, long enough (about a million cycles of the top's main clock by
 default) that start-up does not count:
 
+- ``dsm``: the GPC with a 16-SM cluster (seed 000's largest), every SM
+  putting 96 KiB by TMA into the next SM's shared memory (a ring), with
+  the memory fill and the data check of every run; the run is repeated.
+- ``mesh``: the whole ET-SoC-1 mesh, 32 shires of 32 minions (1,024), every
+  minion streaming 1 KB messages to the same minion of the next shire ID
+  (seed 002's chip ring), filled and checksummed; repeated.
 - ``pcie``: the eight-GPU PCIe machine, four disjoint peer-copy pairs pushing
   ``--megacycles`` x 25 MB each (seed 001's Gen4 x16 links move about 25 B per
   1 GHz cycle).
+
+A repeated workload is first run once on the bare harness; the number of
+repetitions that reaches ``--megacycles`` is then fixed for every simulator.
 
 Each workload runs
 
@@ -18,11 +27,17 @@ Each workload runs
   and the fabric's cocotb testbench);
 - ``icarus-cocotb``: the same under Icarus, when ``iverilog`` is on PATH;
 - ``amaranth-pysim``: Amaranth's Python simulator on the same design, for the
-  first ``--pysim-cycles`` cycles only (it is thousands of times slower).
+  first ``--pysim-cycles`` cycles only (it is thousands of times slower),
+  listed under ``skipped`` when it does not finish in ``--pysim-timeout``.
+
+With ``--report-times`` (as ``make bench`` runs it) the bench also times
+``make report`` from a cold and then a warm build cache (:func:`time_report`).
 
 Rows go to ``results/bench.json`` (``{"rows": [{"top", "simulator",
 "cycles", "wall_s", "cycles_per_s", "ratio_to_bare", "build_s",
-"peak_rss_mib"}]}``), measured in one run; ``cycles`` counts rising edges of
+"peak_rss_mib"}], "skipped": [{"top", "simulator", "reason"}], "report":
+{"cold_s", "warm_s", "cold_exit", "warm_exit", "cpus"}}``, ``report`` with
+``--report-times`` only), measured in one run; ``cycles`` counts rising edges of
 the top's main clock, ``wall_s`` the simulation alone (not the build),
 ``build_s`` the simulator build's seconds in this run (near 0 when it was
 cached), ``peak_rss_mib`` the simulator process's peak resident memory.
@@ -31,6 +46,8 @@ cached), ``peak_rss_mib`` the simulator process's peak resident memory.
 from __future__ import annotations
 
 import argparse
+import math
+import multiprocessing
 import os
 import resource
 import subprocess
@@ -38,7 +55,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["WORKLOADS", "bare_harness", "main", "ops_of_plan", "run_bare"]
+__all__ = ["WORKLOADS", "bare_harness", "main", "ops_of_plan", "run_bare", "time_report"]
 
 #: The C++ harness: reads ``W addr value`` (one register write, one cycle),
 #: ``S port value`` (hold an input), ``P port`` (pulse an input for one cycle)
@@ -250,8 +267,63 @@ def _pcie_workload(megacycles):
             "clocks": [("clk", "rst", 1000)]}
 
 
+#: Stages of a top that fills its memories, runs and checks the data (the
+#: DSM's and the mesh's testbenches do the same).
+_FILL_RUN_CHECK = [("ctl_init", "init_done", None, "init_cycles"),
+                   ("ctl_start", "done", "stuck", "run_cycles"),
+                   ("ctl_verify", "verify_done", None, "init_cycles")]
+_FILL_RUN_CHECK_INPUTS = ["ctl_init", "ctl_start", "ctl_verify"]
+_FILL_RUN_CHECK_OUTPUTS = ["init_done", "done", "stuck", "verify_done"]
+
+
+def _dsm_workload(megacycles):
+    import dataclasses
+
+    from hdl.hopper.config import DsmConfig
+    from hdl.hopper.gpc import Gpc
+    from sim.experiments import dsm
+
+    cfg = dataclasses.replace(DsmConfig(), cluster_size=16)
+    ring = [dsm.Stream("tma", r, (r + 1) % 16, 96 * 1024) for r in range(16)]
+    run = dsm.build_run(cfg, ring, "bench: 16-SM TMA ring, 96 KiB each")
+    return {"top": "dsm_gpc (16-SM cluster)", "fabric": "dsm", "component": Gpc,
+            "config": cfg, "toplevel": "dsm_gpc", "testbench": "testbenches.dsm",
+            "plan": dsm.plan(cfg, [run]), "repeat": True,
+            "stages": _FILL_RUN_CHECK,
+            "inputs": [*_FILL_RUN_CHECK_INPUTS, "plane_enable"], "outputs": _FILL_RUN_CHECK_OUTPUTS,
+            "clocks": [("clk", "rst", 1000)]}
+
+
+def _mesh_workload(megacycles):
+    from hdl.etsoc.config import MeshConfig
+    from hdl.etsoc.mesh import EtSocMesh
+    from sim.experiments import mesh
+
+    cfg = MeshConfig()
+    n = cfg.compute_shires
+    pairs = tuple((cfg.minion_id(s, k), cfg.minion_id((s + 1) % n, k))
+                  for s in range(n) for k in range(cfg.minions_per_shire))
+    run = mesh.build_run(cfg, "bench: every minion to shire s + 1, three 1 KB messages",
+                         mesh.Flows(pairs, nregs=mesh.RING_MESSAGE_REGISTERS, exchanges=3))
+    plan = mesh.plan(cfg, [run])
+    # 32 streams share each shire's one mesh port: allow far longer than a
+    # single stream's bound before calling the run timed out.
+    plan["run_cycles"] *= 10
+    return {"top": "etsoc_mesh (1,024 minions)", "fabric": "mesh", "component": EtSocMesh,
+            "config": cfg, "toplevel": "etsoc_mesh", "testbench": "testbenches.mesh",
+            "plan": plan, "repeat": True,
+            "stages": _FILL_RUN_CHECK,
+            "inputs": _FILL_RUN_CHECK_INPUTS, "outputs": _FILL_RUN_CHECK_OUTPUTS,
+            "clocks": [("clk", "rst", 1667), ("mesh_clk", "mesh_rst", 2500)]}
+
+
 #: Fabric name -> function of ``megacycles`` giving the workload.
-WORKLOADS = {"pcie": _pcie_workload}
+WORKLOADS = {"dsm": _dsm_workload, "mesh": _mesh_workload, "pcie": _pcie_workload}
+
+#: Default workload length, millions of main-clock cycles.  The 1,024-minion
+#: mesh simulates at about 150 minion cycles per second here, so a million
+#: cycles would take about two hours per simulator.
+DEFAULT_MEGACYCLES = {"dsm": 1.0, "mesh": 0.05, "pcie": 1.0}
 
 
 def _measure_cocotb(work, verilog, sim, test_dir):
@@ -282,12 +354,16 @@ def _sim_log_times(log):
     raise RuntimeError("cocotb's log has no summary line")
 
 
-def _in_child(function, *args):
-    """Run ``function(*args)`` in a fresh process, so its peak memory is its own."""
-    from sim.cli import pool
+def _in_child(function, *args, timeout=None):
+    """Run ``function(*args)`` in a fresh process, so its peak memory is its own.
 
-    with pool(1) as one:
-        return one.submit(function, *args).result()
+    Raises
+    ------
+    multiprocessing.TimeoutError
+        After ``timeout`` seconds (the process is then killed).
+    """
+    with multiprocessing.get_context("spawn").Pool(1) as one:
+        return one.apply_async(function, args).get(timeout)
 
 
 def _measure_pysim(work, cycles):
@@ -304,7 +380,9 @@ def _measure_pysim(work, cycles):
             parts = op.split()
             if count[0] >= cycles:
                 return
-            if parts[0] == "W":
+            if parts[0] == "S":
+                ctx.set(getattr(dut, parts[1]), int(parts[2]))
+            elif parts[0] == "W":
                 ctx.set(dut.cfg_addr, int(parts[1]))
                 ctx.set(dut.cfg_data, int(parts[2]))
                 ctx.set(dut.cfg_we, 1)
@@ -323,6 +401,15 @@ def _measure_pysim(work, cycles):
 
     sim = Simulator(dut)
     sim.add_clock(work["clocks"][0][2] * 1e-12)
+    for name, _, period_ps in work["clocks"][1:]:
+        # Another clock is an input port of the top (the mesh's 400 MHz).
+        async def toggle(ctx, port=getattr(dut, name), half=period_ps * 1e-12 / 2):
+            while True:
+                await ctx.delay(half)
+                ctx.set(port, 1)
+                await ctx.delay(half)
+                ctx.set(port, 0)
+        sim.add_process(toggle)
     sim.add_testbench(bench)
     t0 = time.monotonic()
     sim.run()
@@ -330,8 +417,10 @@ def _measure_pysim(work, cycles):
         resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def bench_fabric(fabric, megacycles, pysim_cycles, build_root, log=print):
-    """The rows of one fabric's top (see the module docstring).
+def bench_fabric(fabric, megacycles, pysim_cycles, build_root, log=print, pysim_timeout=600):
+    """``(rows, skipped)`` of one fabric's top (see the module docstring);
+    ``skipped`` lists ``{"top", "simulator", "reason"}`` of a simulator that
+    did not finish (Amaranth's simulator after ``pysim_timeout`` seconds).
 
     Raises
     ------
@@ -354,9 +443,17 @@ def bench_fabric(fabric, megacycles, pysim_cycles, build_root, log=print):
     binary, build_s = bare_harness(verilog, work["toplevel"], work["inputs"], work["outputs"],
                                    work["clocks"], verilog.parent)
     log(f"{fabric}: bare harness built ({build_s:.0f} s); running")
+    if work.get("repeat"):
+        once, _, _, waits = _in_child(run_bare, binary, ops_of_plan(work["plan"],
+                                                                    work["stages"]), run_root)
+        if any(w in ("stuck", "timeout") for w, _ in waits):
+            raise RuntimeError(f"{fabric}: the bench run ended {waits} on the bare harness")
+        repeats = max(1, math.ceil(megacycles * 1e6 / once))
+        work["plan"] = dict(work["plan"], runs=work["plan"]["runs"] * repeats)
+        log(f"{fabric}: one run is {once:,} cycles; {repeats} runs")
     cycles, wall, rss, waits = _in_child(run_bare, binary, ops_of_plan(work["plan"],
                                                                        work["stages"]), run_root)
-    if any(w != "done" for w, _ in waits):
+    if any(w in ("stuck", "timeout") for w, _ in waits):
         raise RuntimeError(f"{fabric}: the bench run ended {waits} on the bare harness")
     rows.append(_row(work["top"], "verilator-bare", cycles, wall, build_s, rss))
     log(f"{fabric}: verilator-bare {cycles} cycles in {wall:.1f} s")
@@ -369,13 +466,53 @@ def bench_fabric(fabric, megacycles, pysim_cycles, build_root, log=print):
         cycles, wall, rss = _in_child(_measure_cocotb, work, verilog, sim, run_root / sim)
         rows.append(_row(work["top"], f"{sim}-cocotb", cycles, wall, build_s, rss))
         log(f"{fabric}: {sim}-cocotb {cycles} cycles in {wall:.1f} s")
-    cycles, wall, rss = _in_child(_measure_pysim, work, pysim_cycles)
-    rows.append(_row(work["top"], "amaranth-pysim", cycles, wall, 0.0, rss))
-    log(f"{fabric}: amaranth-pysim {cycles} cycles in {wall:.1f} s")
+    skipped = []
+    try:
+        cycles, wall, rss = _in_child(_measure_pysim, work, pysim_cycles, timeout=pysim_timeout)
+        rows.append(_row(work["top"], "amaranth-pysim", cycles, wall, 0.0, rss))
+        log(f"{fabric}: amaranth-pysim {cycles} cycles in {wall:.1f} s")
+    except multiprocessing.TimeoutError:
+        reason = (f"not finished in {pysim_timeout:g} s (elaboration included), "
+                  f"{pysim_cycles} cycles asked")
+        skipped.append({"top": work["top"], "simulator": "amaranth-pysim", "reason": reason})
+        log(f"{fabric}: amaranth-pysim {reason}")
     bare = rows[0]["cycles_per_s"]
     for row in rows:
         row["ratio_to_bare"] = row["cycles_per_s"] / bare
-    return rows
+    return rows, skipped
+
+
+def time_report(project, log=print):
+    """Wall seconds of ``make report`` in ``project`` (the folder holding the
+    Makefile) from an empty build folder and then again with the build
+    folder it left: ``{"cold_s", "warm_s", "cold_exit", "warm_exit", "cpus"}``.
+
+    Both runs write to a temporary build and results folder, so the
+    project's own are untouched.  ``ccache`` is switched off, so a cold build
+    compiles everything.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``project`` has no Makefile.
+    """
+    import tempfile
+
+    if not (Path(project) / "Makefile").is_file():
+        raise FileNotFoundError(f"{project} has no Makefile; run the bench from the project folder")
+    out = {"cpus": os.cpu_count()}
+    with tempfile.TemporaryDirectory(prefix="fabricsim-report-") as tmp:
+        for kind in ("cold", "warm"):
+            log(f"make report, {kind} build cache ({tmp}/build)")
+            t0 = time.monotonic()
+            done = subprocess.run(["make", "-s", "report", f"BUILD={tmp}/build",
+                                   f"RESULTS={tmp}/results"], cwd=project,
+                                  env=dict(os.environ, OBJCACHE=""), stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE, text=True, check=False)
+            out[f"{kind}_s"] = time.monotonic() - t0
+            out[f"{kind}_exit"] = done.returncode
+            log(f"make report, {kind}: {out[f'{kind}_s']:.0f} s, exit {done.returncode}")
+    return out
 
 
 def _row(top, simulator, cycles, wall, build_s, rss):
@@ -393,10 +530,15 @@ def main(argv=None):
 
     parser = argparse.ArgumentParser(prog="python -m sim.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("fabrics", nargs="*", metavar="FABRIC", default=list(WORKLOADS))
-    parser.add_argument("--megacycles", type=float, default=1.0,
-                        help="length of each workload, millions of main-clock cycles")
+    parser.add_argument("--megacycles", type=float, default=None,
+                        help="length of each workload, millions of main-clock cycles "
+                             "(default: 1, the 1,024-minion mesh 0.05)")
     parser.add_argument("--pysim-cycles", type=int, default=2000,
                         help="cycles run under Amaranth's Python simulator")
+    parser.add_argument("--pysim-timeout", type=float, default=600,
+                        help="seconds Amaranth's simulator may take, elaboration included")
+    parser.add_argument("--report-times", action="store_true",
+                        help="also time `make report` from a cold and a warm build cache")
     parser.add_argument("--results", default="results")
     parser.add_argument("--build", default="build")
     args = parser.parse_args(argv)
@@ -405,17 +547,24 @@ def main(argv=None):
             print(f"sim.bench: error: FABRIC must be one of {', '.join(WORKLOADS)}, "
                   f"not {fabric!r}", file=sys.stderr)
             return 2
-    if not (0 < args.megacycles <= 100) or args.pysim_cycles < 1:
-        print("sim.bench: error: --megacycles must be in (0, 100] and --pysim-cycles "
-              "at least 1", file=sys.stderr)
+    if not (args.megacycles is None or 0 < args.megacycles <= 100) or args.pysim_cycles < 1 \
+            or not args.pysim_timeout > 0:
+        print("sim.bench: error: --megacycles must be in (0, 100], --pysim-cycles at least 1 "
+              "and --pysim-timeout positive", file=sys.stderr)
         return 2
     console = Console(stderr=True)
-    rows = []
+    rows, skipped = [], []
     for fabric in args.fabrics:
-        rows += bench_fabric(fabric, args.megacycles, args.pysim_cycles,
-                             Path(args.build).resolve(), log=console.log)
+        got, missed = bench_fabric(fabric, args.megacycles or DEFAULT_MEGACYCLES[fabric],
+                                   args.pysim_cycles, Path(args.build).resolve(),
+                                   log=console.log, pysim_timeout=args.pysim_timeout)
+        rows += got
+        skipped += missed
+    bench = {"rows": rows, "skipped": skipped}
+    if args.report_times:
+        bench["report"] = time_report(Path.cwd(), log=console.log)
     out = Path(args.results) / "bench.json"
-    write_json_atomically(out, {"rows": rows})
+    write_json_atomically(out, bench)
     table = Table(title="simulated cycles per second")
     for col in ("top", "simulator", "cycles", "wall s", "cycles/s", "ratio to bare",
                 "build s", "peak RSS MiB"):
@@ -425,6 +574,11 @@ def main(argv=None):
                       f"{r['cycles_per_s']:,.0f}", f"{r['ratio_to_bare']:.3f}",
                       f"{r['build_s']:.0f}", f"{r['peak_rss_mib']:.0f}")
     Console().print(table)
+    if "report" in bench:
+        r = bench["report"]
+        print(f"make report on {r['cpus']} CPUs: {r['cold_s'] / 60:.1f} min from a cold build "
+              f"cache (exit {r['cold_exit']}), {r['warm_s'] / 60:.1f} min warm "
+              f"(exit {r['warm_exit']})")
     print(f"bench: {out}")
     return 0
 

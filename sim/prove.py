@@ -742,8 +742,9 @@ def _violations(log, properties):
                    for wire, step in sorted(first.items(), key=lambda item: item[1]))
 
 
-def prove(name):
-    """Run the registered proof ``name``.
+def prove(name, workdir=None):
+    """Run the registered proof ``name`` in ``workdir`` (default
+    ``build/proofs/<name>``).
 
     Returns
     -------
@@ -755,7 +756,7 @@ def prove(name):
         If ``name`` is not registered (see :data:`PROOFS`).
     """
     proof = PROOFS[name]
-    return check(proof.harness(), proof.depth, name=name)
+    return check(proof.harness(), proof.depth, name=name, workdir=workdir)
 
 
 def _write_results(path, results):
@@ -792,6 +793,8 @@ def main(argv=None):
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", metavar="NAME", help="proofs to run (default: all)")
     parser.add_argument("--results", default="results", help="results folder (default: results)")
+    parser.add_argument("--build", default="build", help="build folder; each proof works in "
+                        "<build>/proofs/<name> (default: build)")
     parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1,
                         help="proofs run at once (default: one per CPU)")
     args = parser.parse_args(argv)
@@ -803,7 +806,8 @@ def main(argv=None):
     console = Console()
     with console.status(f"{len(names)} proofs, {max(args.jobs, 1)} at a time"):
         with ThreadPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
-            results = list(pool.map(prove, names))
+            results = list(pool.map(
+                lambda name: prove(name, workdir=Path(args.build) / "proofs" / name), names))
     table = Table(title="bounded proofs (Yosys sat, cycles from reset)")
     table.add_column("proof", no_wrap=True)
     table.add_column("depth", justify="right")
@@ -818,7 +822,7 @@ def main(argv=None):
     console.print(table)
     for r in results:
         if not r.passed:
-            console.print(f"[red]{r.name} failed[/red] (build/proofs/{r.name}/):\n"
+            console.print(f"[red]{r.name} failed[/red] ({args.build}/proofs/{r.name}/):\n"
                           f"{escape(r.log_tail)}", highlight=False)
     _write_results(Path(args.results) / "proofs.json", results)
     return 0 if all(r.passed for r in results) else 1

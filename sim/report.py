@@ -967,11 +967,33 @@ def _bench_section(results_dir: Path) -> list[str]:
     if not path.is_file():
         return []
     try:
-        rows = json.loads(path.read_text(encoding="utf-8"))["rows"]
+        bench = json.loads(path.read_text(encoding="utf-8"))
+        rows = bench["rows"]
         table = [[str(r["top"]), str(r["simulator"]), f"{int(r['cycles']):,}",
                   f"{float(r['wall_s']):.2f}", f"{float(r['cycles_per_s']):,.0f}",
                   f"{float(r['ratio_to_bare']):.3f}", f"{float(r['build_s']):.0f}",
                   f"{float(r['peak_rss_mib']):.0f}"] for r in rows]
+        targets = []
+        for r in rows:
+            if r["simulator"] == "verilator-cocotb":
+                ratio, cycles = float(r["ratio_to_bare"]), int(r["cycles"])
+                short = "" if cycles >= 1_000_000 else f", only {cycles:,} cycles"
+                targets.append([f"cocotb at a quarter of the bare harness or more over a "
+                                f"million cycles: {r['top']}{short}", f"{ratio:.3f}", ">= 0.25",
+                                _met(ratio >= 0.25 and not short)])
+        rss = max(float(r["peak_rss_mib"]) for r in rows if r["simulator"] != "amaranth-pysim")
+        targets.append(["peak memory of one simulation (Verilator, Icarus)",
+                        f"{rss:.0f} MiB", "< 4096 MiB", _met(rss < 4096)])
+        report = bench.get("report")
+        if report is not None:
+            for kind, limit in (("cold", 15), ("warm", 3)):
+                minutes = float(report[f"{kind}_s"]) / 60
+                ok = minutes <= limit and int(report[f"{kind}_exit"]) == 0
+                targets.append([f"`make report`, {kind} build cache, {report['cpus']} CPUs "
+                                f"(exit {report[f'{kind}_exit']})",
+                                f"{minutes:.1f} min", f"<= {limit} min", _met(ok)])
+        skipped = [f"- {k['top']}, {k['simulator']}: {k['reason']}"
+                   for k in bench.get("skipped", [])]
     except (ValueError, KeyError, TypeError) as error:
         raise ValueError(f"{path}: not a bench file ({type(error).__name__}: {error})") from None
     return (["## Simulation speed", "",
@@ -979,7 +1001,13 @@ def _bench_section(results_dir: Path) -> list[str]:
              "measured in one `make bench` run; the bare harness is a C++ main around "
              "the Verilated top with no Python, the upper limit on this machine.", ""]
             + _md_table(["top", "simulator", "cycles", "wall s", "cycles/s", "ratio to bare",
-                         "build s", "peak RSS MiB"], table) + [""])
+                         "build s", "peak RSS MiB"], table) + [""]
+            + (["Not measured:", "", *skipped, ""] if skipped else [])
+            + _md_table(["target", "measured", "target", "met"], targets) + [""])
+
+
+def _met(ok):
+    return "yes" if ok else "**no**"
 
 
 PROOFS_NAME = "proofs.json"

@@ -26,6 +26,17 @@ def test_the_report_shows_the_speed_table(tmp_path):
     (tmp_path / "bench.json").write_text(json.dumps({"rows": [row]}))
     text = "\n".join(_bench_section(tmp_path))
     assert "## Simulation speed" in text and "| pcie_system | verilator-bare | 1,000,000 |" in text
+    assert "| peak memory of one simulation (Verilator, Icarus) | 80 MiB | < 4096 MiB | yes |" \
+        in text
+    cocotb = dict(row, simulator="verilator-cocotb", cycles_per_s=100000.0, ratio_to_bare=0.2)
+    report = {"cold_s": 960.0, "warm_s": 120.0, "cold_exit": 0, "warm_exit": 0, "cpus": 2}
+    (tmp_path / "bench.json").write_text(json.dumps({"rows": [row, cocotb], "report": report}))
+    text = "\n".join(_bench_section(tmp_path))
+    assert "| cocotb at a quarter of the bare harness or more over a million cycles: " \
+           "pcie_system | 0.200 | >= 0.25 | **no** |" in text
+    assert "| `make report`, cold build cache, 2 CPUs (exit 0) | 16.0 min | <= 15 min | **no** |" \
+        in text
+    assert "| `make report`, warm build cache, 2 CPUs (exit 0) | 2.0 min | <= 3 min | yes |" in text
     (tmp_path / "bench.json").write_text(json.dumps({"rows": [{"top": "x"}]}))
     with pytest.raises(ValueError, match="not a bench file"):
         _bench_section(tmp_path)
@@ -34,8 +45,9 @@ def test_the_report_shows_the_speed_table(tmp_path):
 
 def test_bad_bench_input_is_refused(capsys):
     assert bench.main(["nvlink"]) == 2
-    assert "FABRIC must be one of pcie, not 'nvlink'" in capsys.readouterr().err
+    assert "FABRIC must be one of dsm, mesh, pcie, not 'nvlink'" in capsys.readouterr().err
     assert bench.main(["--megacycles", "0"]) == 2
+    assert bench.main(["--pysim-timeout", "0"]) == 2
 
 
 @pytest.mark.slow

@@ -99,8 +99,6 @@ KNOWN_GAPS = {
         "the crossbar's credit loop and, at 8 hops, the send window: 6.9, not 4.6",
     ("message_size", "mesh_far (8 hops): fixed cost per message"):
         "the send window binds at 8 hops, steepening the line and lowering its intercept",
-    ("allreduce", "allreduce over 1,024 minions"):
-        "needs all 1,024 minions built, several times the default build; not measured",
     ("credit", "credit round trip per mesh hop (fit)"):
         "credits ride the same routers as messages: 20.0 ns per hop, below the seed's 20.4-24",
     ("credit", "credit against TensorSend round trip, median pair's difference"):

@@ -1257,9 +1257,10 @@ _REDUCED_NOTE = ("Built with 2 neighbourhoods of 2 minions per shire (the measur
                  "since each shire meets the mesh at one point). Set neighbourhoods and "
                  "minions_per_neighbourhood to build full shires.")
 
-def _shire_and_chip(shire_runs, chip_runs):
-    """The two builds of an experiment that needs whole shires and the chip."""
-    return (Part("shire", ONE_SHIRE, shire_runs), Part("chip", REDUCED, chip_runs))
+def _shire_and_chip(shire_runs, chip_runs, chip_build=REDUCED):
+    """The two builds of an experiment that needs whole shires and the chip
+    (``chip_build``: the chip part's build fields; ``()`` builds every minion)."""
+    return (Part("shire", ONE_SHIRE, shire_runs), Part("chip", chip_build, chip_runs))
 
 
 EXPERIMENTS = {e.name: e for e in (
@@ -1340,18 +1341,14 @@ EXPERIMENTS = {e.name: e for e in (
                       "broadcast tree over the same four minions (tree levels 0 and "
                       "log2(minions_per_neighbourhood)).")),
     Experiment("allreduce", "Allreduce on the hardware trees against minion count",
-               None, _tree_rows, parts=_shire_and_chip(_tree_shire_runs, _tree_chip_runs),
+               None, _tree_rows, parts=_shire_and_chip(_tree_shire_runs, _tree_chip_runs, chip_build=()),
                notes=("Two builds. Levels 0-4 (2 to 32 minions) run on one whole shire of 32 "
-                      "minions on a 1x1 mesh; levels 5-9 run on the 32-shire build (2 "
-                      "neighbourhoods of 2 minions per shire) as a tree over minion 0 of "
-                      "2, 4, ... 32 shires. Each allreduce is one register (32 B) added up the "
+                      "minions on a 1x1 mesh; levels 5-9 run on the whole chip (32 shires of "
+                      "32 minions) as a tree over minion 0 of 2, 4, ... 32 shires, and then "
+                      "over all 1,024 minions. Each allreduce is one register (32 B) added up the "
                       "tree and broadcast back down; its latency is the cycles from the "
                       "start until every member holds the sum, and a level's cost is what "
                       "it adds to the tree below it.",
-                      "The 1,024-minion allreduce needs every minion of every shire built "
-                      "(--set neighbourhoods=4 --set minions_per_neighbourhood=8, a build "
-                      "several times the default's size); the chip part then runs it. The "
-                      "default build does not, so that row is not measured.",
                       "Every level's receive is posted for the whole run (one ready bit per "
                       "level), so the tree takes no READY messages; a child's flits are "
                       "combined as they arrive, interleaved with its siblings'.")),
