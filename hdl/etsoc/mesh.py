@@ -26,8 +26,8 @@ from ..common.watchdog import Watchdog
 from .config import MeshConfig
 from .shire import ENGINE_COUNTERS, Shire
 
-__all__ = ["Port", "MeshRouter", "ShirePort", "EtSocMesh", "MeshReg", "mesh_registers", "make_flit_layout",
-           "counter_names", "ENGINE_COUNTERS", "GLOBAL"]
+__all__ = ["Port", "MeshRouter", "ShirePort", "EtSocMesh", "MeshReg", "mesh_registers",
+           "make_flit_layout", "counter_names", "ENGINE_COUNTERS", "GLOBAL"]
 
 #: ``cfg_addr`` bit that selects the mesh-wide registers (:class:`MeshReg`).
 GLOBAL = 1 << 14
@@ -76,8 +76,8 @@ def make_flit_layout(cfg):
 
 class MeshRouter(wiring.Component):
     """Five-port mesh router; its cell ``(i_x, i_y)`` is a port, so one
-    Verilog module serves every router (:class:`~hdl.common.shared.SharedModule`).  Clock: mesh clock (domain ``sync``;
-    the top renames it to ``mesh``).
+    Verilog module serves every router (:class:`~hdl.common.shared.SharedModule`).
+    Clock: mesh clock (domain ``sync``; the top renames it to ``mesh``).
 
     An input-queued crossbar (:class:`~hdl.common.switch.CreditSwitch`) with a
     FIFO per VC (request, response), round-robin output arbitration and
