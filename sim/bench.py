@@ -316,7 +316,8 @@ def _mesh_workload(megacycles):
             "plan": plan, "repeat": True,
             "stages": _FILL_RUN_CHECK,
             "inputs": _FILL_RUN_CHECK_INPUTS, "outputs": _FILL_RUN_CHECK_OUTPUTS,
-            "clocks": [("clk", "rst", 1667), ("mesh_clk", "mesh_rst", 2500)]}
+            "clocks": [("clk", "rst", plan["clock_ps"]["clk"]),
+                       ("mesh_clk", "mesh_rst", plan["clock_ps"]["mesh_clk"])]}
 
 
 #: Fabric name -> function of ``megacycles`` giving the workload.
@@ -445,22 +446,20 @@ def bench_fabric(fabric, megacycles, pysim_cycles, build_root, log=print, pysim_
     binary, build_s = bare_harness(verilog, work["toplevel"], work["inputs"], work["outputs"],
                                    work["clocks"], verilog.parent)
     log(f"{fabric}: bare harness built ({build_s:.0f} s); running")
+    def bare():
+        got = _in_child(run_bare, binary, ops_of_plan(work["plan"], work["stages"]), run_root)
+        if any(w in ("stuck", "timeout") for w, _ in got[3]):
+            raise RuntimeError(f"{fabric}: the bench run ended {got[3]} on the bare harness")
+        return got[:3]
+
+    cycles, wall, rss = bare()
     if work.get("repeat"):
-        once, once_wall, once_rss, waits = _in_child(
-            run_bare, binary, ops_of_plan(work["plan"], work["stages"]), run_root)
-        if any(w in ("stuck", "timeout") for w, _ in waits):
-            raise RuntimeError(f"{fabric}: the bench run ended {waits} on the bare harness")
-        repeats = max(1, math.ceil(megacycles * 1e6 / once))
-        work["plan"] = dict(work["plan"], runs=work["plan"]["runs"] * repeats)
-        log(f"{fabric}: one run is {once:,} cycles; {repeats} runs")
-    if work.get("repeat") and repeats == 1:
-        cycles, wall, rss = once, once_wall, once_rss      # that run was the workload
-    else:
-        cycles, wall, rss, waits = _in_child(run_bare, binary, ops_of_plan(work["plan"],
-                                                                           work["stages"]),
-                                             run_root)
-    if any(w in ("stuck", "timeout") for w, _ in waits):
-        raise RuntimeError(f"{fabric}: the bench run ended {waits} on the bare harness")
+        # That was one run; repeat it to reach the workload's length.
+        repeats = max(1, math.ceil(megacycles * 1e6 / cycles))
+        log(f"{fabric}: one run is {cycles:,} cycles; {repeats} runs")
+        if repeats > 1:
+            work["plan"] = dict(work["plan"], runs=work["plan"]["runs"] * repeats)
+            cycles, wall, rss = bare()
     rows.append(_row(work["top"], "verilator-bare", cycles, wall, build_s, rss))
     log(f"{fabric}: verilator-bare {cycles} cycles in {wall:.1f} s")
     for sim in [s for s in ("verilator", "icarus") if s in available_simulators()]:
