@@ -203,8 +203,9 @@ def counter_names(cfg):
 class ShirePort(wiring.Component):
     """Where a shire meets its router: the shire-to-mesh stage each way and the
     clock-domain crossings between the minion clock (domain ``sync``, 600
-    MHz) and the mesh clock (domain ``mesh``, 400 MHz).  One Verilog module
-    serves every shire's port (:class:`~hdl.common.shared.SharedModule`).
+    MHz) and the mesh clock (domain ``mesh``, 400 MHz); seed 002, "Where the
+    shires are": each shire meets the mesh at a single point.  One Verilog
+    module serves every shire's port (:class:`~hdl.common.shared.SharedModule`).
 
     Up: ``i_up`` -> :class:`~hdl.common.credit.LinkDelay` of ``i_latency``
     minion cycles -> :class:`~hdl.common.cdc.LinkCdc` -> ``o_up``; down the
