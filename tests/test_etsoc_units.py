@@ -15,10 +15,10 @@ CFG = MeshConfig()
 LAYOUT = make_flit_layout(CFG)
 
 
-def _pair(a, b):
+def _pair(a, b, checks=True):
     m = Module()
-    ea = MinionEngine(flit_layout=LAYOUT)
-    eb = MinionEngine(flit_layout=LAYOUT)
+    ea = MinionEngine(flit_layout=LAYOUT, checks=checks)
+    eb = MinionEngine(flit_layout=LAYOUT, checks=checks)
     m.submodules.a, m.submodules.b = ea, eb
     m.d.comb += [ea.i_minion.eq(a), eb.i_minion.eq(b)]
     for x, y in ((ea, eb), (eb, ea)):
@@ -36,11 +36,11 @@ async def _write(ctx, engine, regs):
     ctx.set(engine.i_we, 0)
 
 
-@pytest.mark.parametrize("op,nregs", [(0, 1), (1, 3), (2, 40), (3, 2)])
-def test_ping_pong_delivers_and_combines_every_register(op, nregs):
+def _ping_pong(op, nregs, checks=True):
+    """Two engines exchange ``nregs`` registers twice; returns the cycles to
+    done, each engine's checksum and verify-done after the check."""
     a, b = CFG.minion_id(0, 0), CFG.minion_id(5, 1)
-    m, ea, eb = _pair(a, b)
-    pp = PingPong(a, b, nregs=nregs, op=op, exchanges=2)
+    m, ea, eb = _pair(a, b, checks)
     got = {}
 
     async def bench(ctx):
@@ -63,9 +63,10 @@ def test_ping_pong_delivers_and_combines_every_register(op, nregs):
         await ctx.tick()
         ctx.set(ea.i_start, 0)
         ctx.set(eb.i_start, 0)
-        for _ in range(4000):
+        for cycle in range(4000):
             await ctx.tick()
             if ctx.get(ea.o_done) and ctx.get(eb.o_done):
+                got["cycles"] = cycle
                 break
         assert ctx.get(ea.o_done) and ctx.get(eb.o_done), "ping-pong did not finish"
         ctx.set(ea.i_verify, 1)
@@ -75,13 +76,31 @@ def test_ping_pong_delivers_and_combines_every_register(op, nregs):
         ctx.set(eb.i_verify, 0)
         await ctx.tick().repeat(400)
         got[a], got[b] = ctx.get(ea.o_checksum), ctx.get(eb.o_checksum)
+        got["verified"] = ctx.get(ea.o_verify_done) and ctx.get(eb.o_verify_done)
         assert ctx.get(ea.o_errors) == 0 and ctx.get(eb.o_errors) == 0
 
     sim = Simulator(m)
     sim.add_clock(1e-9)
     sim.add_testbench(bench)
     sim.run()
-    assert got == expected_checksums(CFG, pp), COMBINE_OPS[op]
+    return got, a, b
+
+
+@pytest.mark.parametrize("op,nregs", [(0, 1), (1, 3), (2, 40), (3, 2)])
+def test_ping_pong_delivers_and_combines_every_register(op, nregs):
+    got, a, b = _ping_pong(op, nregs)
+    pp = PingPong(a, b, nregs=nregs, op=op, exchanges=2)
+    assert got["verified"]
+    assert {a: got[a], b: got[b]} == expected_checksums(CFG, pp), COMBINE_OPS[op]
+
+
+def test_without_checks_an_engine_moves_the_same_traffic_in_the_same_cycles():
+    """``checks=False`` (for synthesis) leaves out only the checksum: the
+    exchange ends in the same cycle, and no check runs."""
+    with_checks, a, b = _ping_pong(1, 3)
+    without, _, _ = _ping_pong(1, 3, checks=False)
+    assert without["cycles"] == with_checks["cycles"]
+    assert without[a] == without[b] == 0 and not without["verified"]
 
 
 def test_a_second_ready_waits_behind_the_first():

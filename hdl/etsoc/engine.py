@@ -198,6 +198,11 @@ class MinionEngine(wiring.Component):
         Vector registers (32), each ``flits_per_register`` flits.
     flits_per_register : int
         Flits per 32 B register.
+    checks : bool
+        Build the testbench-only logic: the register-file checksum and the
+        sums of the flits sent and received.  Without it (``False``, for
+        synthesis) ``o_checksum``, ``o_tx_sum``, ``o_rx_sum`` and
+        ``o_verify_done`` stay 0; every experiment runs with checks.
 
     Members
     -------
@@ -267,8 +272,9 @@ class MinionEngine(wiring.Component):
     receives.
     """
 
-    def __init__(self, *, flit_layout, registers=32, flits_per_register=2):
+    def __init__(self, *, flit_layout, registers=32, flits_per_register=2, checks=True):
         self.flit_layout = flit_layout
+        self.checks = bool(checks)
         self.registers = registers
         self.fpr = flits_per_register
         flit = stream.Signature(flit_layout)
@@ -742,42 +748,43 @@ class MinionEngine(wiring.Component):
         with m.Elif(c_valid):
             m.d.comb += [wr.en.eq(1), wr.addr.eq(c_word), wr.data.eq(combined)]
 
-        # --- verify: checksum one lane per cycle --------------------------------
-        verifying = Signal()
-        v_word = Signal(wbits + 1)
-        v_lane = Signal(range(lanes + 1))
-        v_valid = Signal()
-        v_k = Signal(16)
-        with m.If(self.i_verify):
-            m.d.sync += [verifying.eq(1), v_word.eq(0), v_lane.eq(0), v_k.eq(0),
-                         self.o_checksum.eq(0), self.o_verify_done.eq(0)]
-        with m.Elif(verifying):
-            m.d.comb += rd_tx.addr.eq(v_word[:wbits])
-            with m.If(v_word == words):
-                m.d.sync += [verifying.eq(0), self.o_verify_done.eq(1)]
-            with m.Else():
-                # the word read at v_word is on rd_tx.data one cycle later
-                m.d.sync += v_valid.eq(1)
-                with m.If(v_valid):
-                    lane_value = rd_tx.data.word_select(v_lane[:max(1, (lanes - 1).bit_length())],
-                                                        LANE_BITS)
-                    m.d.sync += [self.o_checksum.eq(self.o_checksum + lane_value * (2 * v_k + 1)),
-                                 v_k.eq(v_k + 1)]
-                    with m.If(v_lane == lanes - 1):
-                        m.d.sync += [v_lane.eq(0), v_word.eq(v_word + 1), v_valid.eq(0)]
-                    with m.Else():
-                        m.d.sync += v_lane.eq(v_lane + 1)
+        if self.checks:
+            # --- verify: checksum one lane per cycle --------------------------------
+            verifying = Signal()
+            v_word = Signal(wbits + 1)
+            v_lane = Signal(range(lanes + 1))
+            v_valid = Signal()
+            v_k = Signal(16)
+            with m.If(self.i_verify):
+                m.d.sync += [verifying.eq(1), v_word.eq(0), v_lane.eq(0), v_k.eq(0),
+                             self.o_checksum.eq(0), self.o_verify_done.eq(0)]
+            with m.Elif(verifying):
+                m.d.comb += rd_tx.addr.eq(v_word[:wbits])
+                with m.If(v_word == words):
+                    m.d.sync += [verifying.eq(0), self.o_verify_done.eq(1)]
+                with m.Else():
+                    # the word read at v_word is on rd_tx.data one cycle later
+                    m.d.sync += v_valid.eq(1)
+                    with m.If(v_valid):
+                        lane_value = rd_tx.data.word_select(v_lane[:max(1, (lanes - 1).bit_length())],
+                                                            LANE_BITS)
+                        m.d.sync += [self.o_checksum.eq(self.o_checksum + lane_value * (2 * v_k + 1)),
+                                     v_k.eq(v_k + 1)]
+                        with m.If(v_lane == lanes - 1):
+                            m.d.sync += [v_lane.eq(0), v_word.eq(v_word + 1), v_valid.eq(0)]
+                        with m.Else():
+                            m.d.sync += v_lane.eq(v_lane + 1)
 
-        # --- transfer sums (see flit_sum) -----------------------------------------
-        def fsum(flit):
-            return sum(flit.data.word_select(i, LANE_BITS) for i in range(lanes)) \
-                + flit.addr * 0x10001
-        with m.If(~self.i_start & self.o_req.valid & self.o_req.ready
-                  & (self.o_req.payload.kind == MsgKind.DATA)):
-            m.d.sync += self.o_tx_sum.eq(self.o_tx_sum + fsum(self.o_req.payload))
-        with m.If(~self.i_start & self.i_req.valid & self.i_req.ready & is_data
-                  & ~stray):
-            m.d.sync += self.o_rx_sum.eq(self.o_rx_sum + fsum(arriving))
+            # --- transfer sums (see flit_sum) -----------------------------------------
+            def fsum(flit):
+                return sum(flit.data.word_select(i, LANE_BITS) for i in range(lanes)) \
+                    + flit.addr * 0x10001
+            with m.If(~self.i_start & self.o_req.valid & self.o_req.ready
+                      & (self.o_req.payload.kind == MsgKind.DATA)):
+                m.d.sync += self.o_tx_sum.eq(self.o_tx_sum + fsum(self.o_req.payload))
+            with m.If(~self.i_start & self.i_req.valid & self.i_req.ready & is_data
+                      & ~stray):
+                m.d.sync += self.o_rx_sum.eq(self.o_rx_sum + fsum(arriving))
 
         rx_finished = Mux(tree, t_up_done & t_down_done, rx_done >= rx_count)
         m.d.comb += [

@@ -271,6 +271,10 @@ class EtSocMesh(wiring.Component):
     ----------
     cfg : MeshConfig
         Structural fields shape the RTL (see :class:`MeshConfig`).
+    checks : bool
+        Build the minions' data checks (``False`` for synthesis, see
+        :class:`~hdl.etsoc.engine.MinionEngine`; then ``verify_done`` never
+        rises).
 
     Members
     -------
@@ -300,8 +304,9 @@ class EtSocMesh(wiring.Component):
         Counter value (combinational).
     """
 
-    def __init__(self, cfg=None):
+    def __init__(self, cfg=None, *, checks=True):
         self.cfg = cfg or MeshConfig()
+        self.checks = bool(checks)
         super().__init__({
             "mesh_clk": In(1), "mesh_rst": In(1),
             "cfg_we": In(1), "cfg_addr": In(15), "cfg_data": In(32),
@@ -345,7 +350,8 @@ class EtSocMesh(wiring.Component):
         shires = []
         overflow = [r.o_overflow for r in routers.values()]
         for s, cell in enumerate(cfg.placement):
-            shire = SharedModule(Shire, "etsoc_shire", cfg=cfg, flit_layout=layout)
+            shire = SharedModule(Shire, "etsoc_shire", cfg=cfg, flit_layout=layout,
+                                 checks=self.checks)
             m.submodules[f"shire{s}"] = shire
             m.d.comb += [shire.i_shire.eq(s),
                          shire.i_we.eq(self.cfg_we & ~self.cfg_addr[14]

@@ -66,6 +66,9 @@ class ShireBarrier(wiring.Component):
     ----------
     flit_layout : StructLayout
         Flit layout (``node_bits`` 10).
+    checks : bool
+        Build the engines' data checks (``False`` for synthesis, see
+        :class:`~hdl.etsoc.engine.MinionEngine`).
 
     Members
     -------
@@ -172,9 +175,10 @@ class Shire(wiring.Component):
         (combinational).
     """
 
-    def __init__(self, cfg, flit_layout):
+    def __init__(self, cfg, flit_layout, *, checks=True):
         self.cfg = cfg
         self.flit_layout = flit_layout
+        self.checks = bool(checks)
         link = CreditLink(flit_layout)
         n_counters = cfg.minions_per_shire * len(ENGINE_COUNTERS)
         super().__init__({"i_shire": In(5),
@@ -209,7 +213,8 @@ class Shire(wiring.Component):
         for k in range(cfg.minions_per_shire):
             engine = SharedModule(MinionEngine, "etsoc_minion_engine", flit_layout=layout,
                                   registers=cfg.registers,
-                                  flits_per_register=cfg.flits_per_register)
+                                  flits_per_register=cfg.flits_per_register,
+                                  checks=self.checks)
             m.submodules[f"engine{k}"] = engine
             m.d.comb += [engine.i_minion.eq(Cat(Const(k, 5), self.i_shire)),
                          engine.i_we.eq(self.i_we & (self.i_minion == k)),

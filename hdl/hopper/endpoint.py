@@ -191,6 +191,12 @@ class SmEndpoint(wiring.Component):
         Model configuration (structural fields are used).
     flit_layout : StructLayout
         Flit layout.
+    checks : bool
+        Build the testbench-only logic: the arrival check, the post-run
+        check and the fault injection.  Without it (``False``, for
+        synthesis: the fabric alone) ``o_errors``, ``o_first_wrong``,
+        ``o_first_wrong_cycle``, ``o_first_bad`` and ``o_verify_done`` stay 0
+        and ``i_fault`` is ignored; every experiment runs with checks.
 
     One Verilog module serves every SM (:class:`~hdl.common.shared.SharedModule`):
     the SM's slot is a port.
@@ -264,8 +270,8 @@ class SmEndpoint(wiring.Component):
         :class:`Fault` to inject into this run's first arriving data flit.
     """
 
-    def __init__(self, *, cfg, flit_layout):
-        self.cfg, self.flit_layout = cfg, flit_layout
+    def __init__(self, *, cfg, flit_layout, checks=True):
+        self.cfg, self.flit_layout, self.checks = cfg, flit_layout, bool(checks)
         self.addr_bits = max(cfg.smem_words - 1, 1).bit_length()
         self.words_per_flit_granules = cfg.flit_bytes // GRANULE_BYTES
         super().__init__({
@@ -480,15 +486,16 @@ class SmEndpoint(wiring.Component):
         got_valid = Signal()
         m.d.comb += [got.eq(Mux(take_rsp, rsp_in.payload.as_value(), req_in.payload.as_value())),
                      got_valid.eq(take_rsp | take_req)]
-        # A fault, when armed, hits the first data flit of the run.
-        fault_armed = Signal()
         arrived_data = got_valid & ((got.kind == Kind.WR_DATA) | (got.kind == Kind.RD_DATA))
         hit = Signal(2)
-        m.d.comb += hit.eq(Mux(fault_armed & arrived_data, self.i_fault, Fault.NONE))
-        with m.If(self.ctl_start):
-            m.d.sync += fault_armed.eq(self.i_fault != Fault.NONE)
-        with m.Elif(arrived_data):
-            m.d.sync += fault_armed.eq(0)
+        if self.checks:
+            # A fault, when armed, hits the first data flit of the run.
+            fault_armed = Signal()
+            m.d.comb += hit.eq(Mux(fault_armed & arrived_data, self.i_fault, Fault.NONE))
+            with m.If(self.ctl_start):
+                m.d.sync += fault_armed.eq(self.i_fault != Fault.NONE)
+            with m.Elif(arrived_data):
+                m.d.sync += fault_armed.eq(0)
         is_data = arrived_data & (hit != Fault.DROP)
         m.d.comb += [
             read_queue.w_data.eq(Cat(got.as_value(), now)),
@@ -518,25 +525,6 @@ class SmEndpoint(wiring.Component):
                          wport.en.eq(Mux(is_data, got.mask, 0))]
         with m.If(self.ctl_init):
             m.d.sync += [filling.eq(1), fill_addr.eq(0), self.o_init_done.eq(0)]
-
-        # --- arrival check: each data flit against its region's source pattern ------
-        written = got.data ^ (hit == Fault.CORRUPT)
-        fits = []
-        for c in range(N_CHECKS):
-            inside = (got.addr >= c_lbase[c]) & (got.addr < c_lbase[c] + (c_gran[c] + gpf - 1) // gpf)
-            want = pattern_word(c_src[c], c_sbase[c] + (got.addr - c_lbase[c]), cfg.data_seed,
-                                lanes)
-            same = Cat(*(~got.mask[k] | (written.word_select(k, GRANULE_BYTES * 8)
-                                         == want.word_select(k, GRANULE_BYTES * 8))
-                         for k in range(gpf))).all()
-            fits.append(inside & (got.src == c_src[c]) & same)
-        wrong = Signal()
-        m.d.comb += wrong.eq(is_data & ~Cat(*fits).any())
-        with m.If(self.ctl_start):
-            m.d.sync += [self.o_first_wrong.eq(0), self.o_first_wrong_cycle.eq(0)]
-        with m.Elif(wrong & ~self.o_first_wrong[31]):
-            m.d.sync += [self.o_first_wrong.eq(got.addr[:16] | (got.src[:5] << 16) | (1 << 31)),
-                         self.o_first_wrong_cycle.eq(self.i_run_cycle)]
 
         popcount = sum(got.mask[k].as_unsigned() for k in range(gpf))
         with m.If(self.ctl_init):
@@ -649,6 +637,43 @@ class SmEndpoint(wiring.Component):
         wiring.connect(m, req_merge.o, wiring.flipped(self.o_req))
         m.d.comb += ack.i_idle.eq(~req_merge.o.valid & ~resp.o.valid & ~bar_valid)
 
+        if self.checks:
+            self._checks(m, got, hit, is_data, rports[0], pipes[0], c_src, c_sbase, c_lbase,
+                         c_gran)
+        else:
+            m.d.comb += rports[0].addr.eq(pipes[0].o_rd_addr)
+        return m
+
+    def _checks(self, m, got, hit, is_data, rport, pipe, c_src, c_sbase, c_lbase, c_gran):
+        """The testbench-only logic: the arrival check of every data flit and
+        the post-run check of every checked region (read port ``rport``,
+        shared with stream pipe ``pipe``)."""
+        cfg = self.cfg
+        abits = self.addr_bits
+        gpf = self.words_per_flit_granules
+        lanes = cfg.flit_bytes // 4
+        full_mask = (1 << gpf) - 1
+        data_bits = cfg.flit_bytes * 8
+        mask_of = Array([full_mask] + [(1 << k) - 1 for k in range(1, gpf)])
+        # --- arrival check: each data flit against its region's source pattern ------
+        written = got.data ^ (hit == Fault.CORRUPT)
+        fits = []
+        for c in range(N_CHECKS):
+            inside = (got.addr >= c_lbase[c]) & (got.addr < c_lbase[c] + (c_gran[c] + gpf - 1) // gpf)
+            want = pattern_word(c_src[c], c_sbase[c] + (got.addr - c_lbase[c]), cfg.data_seed,
+                                lanes)
+            same = Cat(*(~got.mask[k] | (written.word_select(k, GRANULE_BYTES * 8)
+                                         == want.word_select(k, GRANULE_BYTES * 8))
+                         for k in range(gpf))).all()
+            fits.append(inside & (got.src == c_src[c]) & same)
+        wrong = Signal()
+        m.d.comb += wrong.eq(is_data & ~Cat(*fits).any())
+        with m.If(self.ctl_start):
+            m.d.sync += [self.o_first_wrong.eq(0), self.o_first_wrong_cycle.eq(0)]
+        with m.Elif(wrong & ~self.o_first_wrong[31]):
+            m.d.sync += [self.o_first_wrong.eq(got.addr[:16] | (got.src[:5] << 16) | (1 << 31)),
+                         self.o_first_wrong_cycle.eq(self.i_run_cycle)]
+
         # --- verification (after the timed region) ------------------------
         verifying = Signal()
         check = Signal(range(N_CHECKS + 1))
@@ -663,7 +688,7 @@ class SmEndpoint(wiring.Component):
         c_gran_a = Array(c_gran)
         cur_words = c_words[check]
         v_addr = Array(c_lbase)[check] + offset
-        m.d.comb += rports[0].addr.eq(Mux(verifying, v_addr, pipes[0].o_rd_addr))
+        m.d.comb += rport.addr.eq(Mux(verifying, v_addr, pipe.o_rd_addr))
         with m.If(self.ctl_verify):
             m.d.sync += [verifying.eq(1), check.eq(0), offset.eq(0), errors.eq(0),
                          self.o_verify_done.eq(0), cmp_valid.eq(0), self.o_first_bad.eq(0)]
@@ -685,10 +710,9 @@ class SmEndpoint(wiring.Component):
         with m.Else():
             m.d.sync += cmp_valid.eq(0)
         with m.If(cmp_valid):
-            bad = Cat(*((rports[0].data.word_select(k, GRANULE_BYTES * 8)
+            bad = Cat(*((rport.data.word_select(k, GRANULE_BYTES * 8)
                          != cmp_expect.word_select(k, GRANULE_BYTES * 8)) & cmp_mask[k]
                         for k in range(gpf))).any()
             m.d.sync += errors.eq(errors + bad)
             with m.If(bad & ~self.o_first_bad[31]):
                 m.d.sync += self.o_first_bad.eq(cmp_where | (1 << 31))
-        return m

@@ -73,6 +73,12 @@ class GpuEndpoint(wiring.Component):
         Beats per class the link's transmit queue holds (credits of ``o``).
     rx_beats : int
         Beats per class of the input buffer (credits the link's receiver gets).
+    checks : bool
+        Build the testbench-only memory check (every beat's source, address
+        and data against what should land there).  Without it (``False``,
+        for synthesis) ``o_errors`` and ``o_first_bad*`` stay 0; the byte and
+        completion bookkeeping that ends a copy is kept.  Every experiment
+        runs with checks.
 
     Members
     -------
@@ -129,8 +135,9 @@ class GpuEndpoint(wiring.Component):
         ``i_src_landed``).
     """
 
-    def __init__(self, cfg, gpu, *, tx_credits, rx_beats=16):
+    def __init__(self, cfg, gpu, *, tx_credits, rx_beats=16, checks=True):
         self.cfg = cfg
+        self.checks = bool(checks)
         self.gpu = gpu
         self.tx_credits = tx_credits
         self.rx_beats = rx_beats
@@ -300,6 +307,11 @@ class GpuEndpoint(wiring.Component):
         info_of = {c: Signal(32, name=f"bad_info_{c.name.lower()}") for c in bad_of}
         addr_of = {c: Signal(32, name=f"bad_addr_{c.name.lower()}") for c in bad_of}
         bad = Signal()
+
+        def mark(c):
+            # flag this cycle's beat of class c as wrong (with checks only)
+            if self.checks:
+                m.d.comb += bad_of[c].eq(1)
         m.d.comb += bad.eq(bad_of[FcClass.P] | bad_of[FcClass.CPL])
         took = Signal(2)          # payload beats that came in this cycle
         # completions answer the reads in order: the read being answered (its
@@ -326,21 +338,21 @@ class GpuEndpoint(wiring.Component):
                                            | (got.dst << 16)),
                              addr_of[c].eq(got.addr)]
                 with m.If((got.kind != kind) | (got.dst != self.gpu) | (got.src != from_node)):
-                    m.d.comb += bad_of[c].eq(1)
+                    mark(c)
                 with m.Elif(got.head):
                     # a TLP starts where the last of its class ended, after its final beat
                     with m.If((got.addr != next_addr) | (beats_left != 0) | got.last):
-                        m.d.comb += bad_of[c].eq(1)
+                        mark(c)
                     if c == FcClass.CPL:
                         # a completion carries its read's tag and stays inside that read
                         with m.If((got.tag != cpl_tag) | (got.length > cpl_left)
                                   | (got.length > mps)):
-                            m.d.comb += bad_of[c].eq(1)
+                            mark(c)
                     m.d.sync += beats_left.eq(got.length // dp)
                 with m.Else():
                     with m.If((beats_left == 0) | (got.addr != next_addr)
                               | (got.last != (beats_left == 1)) | (got.data != data)):
-                        m.d.comb += bad_of[c].eq(1)
+                        mark(c)
                     m.d.comb += took[c == FcClass.CPL].eq(1)
                     m.d.sync += [next_addr.eq(got.addr + dp), beats_left.eq(beats_left - 1)]
                     if c == FcClass.CPL:
@@ -353,9 +365,10 @@ class GpuEndpoint(wiring.Component):
                          cpl_left.eq(tlp_bytes), self.o_first_bad.eq(0),
                          self.o_first_bad_addr.eq(0), self.o_first_bad_cycle.eq(0)]
         with m.Else():
-            with m.If((bad | completer.o_bad) & (errors != 0xFFFF)):
+            wrong = (bad | completer.o_bad) if self.checks else 0
+            with m.If(wrong & (errors != 0xFFFF)):
                 m.d.sync += errors.eq(errors + 1)
-            with m.If((bad | completer.o_bad) & ~self.o_first_bad[31]):
+            with m.If(wrong & ~self.o_first_bad[31]):
                 # a write before a completion of the same cycle; else a bad NP request
                 first = FcClass.P
                 m.d.sync += [self.o_first_bad.eq(

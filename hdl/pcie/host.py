@@ -38,6 +38,10 @@ class HostMemory(wiring.Component):
         Beats per class the root complex's input takes (credits of ``o``).
     rx_beats : int
         Beats per class of the input buffer (credits the root complex gets).
+    checks : bool
+        Build the testbench-only checks behind ``o_errors`` (``False``, for
+        synthesis: ``o_errors`` stays 0 and every beat lands).  Every
+        experiment runs with checks.
 
     Members
     -------
@@ -62,8 +66,9 @@ class HostMemory(wiring.Component):
         A beat moved this cycle (for the watchdog).
     """
 
-    def __init__(self, cfg, socket, *, tx_credits, rx_beats):
+    def __init__(self, cfg, socket, *, tx_credits, rx_beats, checks=True):
         self.cfg = cfg
+        self.checks = bool(checks)
         self.socket = socket
         self.node = HOST_NODE + socket
         self.n = cfg.switches_per_socket * cfg.gpus_per_switch
@@ -95,6 +100,10 @@ class HostMemory(wiring.Component):
         landed = Array(self.o_landed)
         bad = Signal()
 
+        def check(wrong):
+            """``wrong``, or never without checks."""
+            return wrong if self.checks else 0
+
         def source(addr):
             """The GPU whose copy ``addr`` belongs to, its index among the
             socket's GPUs, and whether it is one of them."""
@@ -108,19 +117,19 @@ class HostMemory(wiring.Component):
         beats_left = Signal(range(mps // dp + 1))
         writer, index, mine = source(got.addr)
         with m.If(rx.o[FcClass.P].valid & ~self.i_start):
-            with m.If((got.kind != TlpType.MWR) | (got.dst != self.node) | ~mine
-                      | (got.src != writer)):
+            with m.If(check((got.kind != TlpType.MWR) | (got.dst != self.node) | ~mine
+                            | (got.src != writer))):
                 m.d.comb += bad.eq(1)
             with m.Elif(got.head):
-                with m.If((got.addr[:STAGE_SHIFT] != landed[index]) | (beats_left != 0)
-                          | got.last):
+                with m.If(check((got.addr[:STAGE_SHIFT] != landed[index]) | (beats_left != 0)
+                                | got.last)):
                     m.d.comb += bad.eq(1)
                 m.d.sync += [cur.eq(index), beats_left.eq(got.length // dp)]
             with m.Else():
-                with m.If((beats_left == 0) | (index != cur)
-                          | (got.addr[:STAGE_SHIFT] != landed[index])
-                          | (got.last != (beats_left == 1))
-                          | (got.data != staged_beat(got.addr, dp))):
+                with m.If(check((beats_left == 0) | (index != cur)
+                                | (got.addr[:STAGE_SHIFT] != landed[index])
+                                | (got.last != (beats_left == 1))
+                                | (got.data != staged_beat(got.addr, dp)))):
                     m.d.comb += bad.eq(1)
                 with m.Else():
                     m.d.sync += [landed[index].eq(landed[index] + dp),
@@ -140,9 +149,10 @@ class HostMemory(wiring.Component):
         # the buffer of x's chunk holds it until chunk (x's) + 2 starts landing
         kept = have <= (((x >> self.i_chunk_log2) + 2) << self.i_chunk_log2)
         with m.If(rx.o[FcClass.NP].valid & rx.o[FcClass.NP].ready):
-            with m.If((req.dst != self.node) | ~r_mine | (x + req.length > have) | ~kept):
+            with m.If(check((req.dst != self.node) | ~r_mine | (x + req.length > have)
+                            | ~kept)):
                 m.d.comb += bad.eq(1)
-        with m.If(rx.o[FcClass.CPL].valid & ~self.i_start):
+        with m.If(check(rx.o[FcClass.CPL].valid & ~self.i_start)):
             m.d.comb += bad.eq(1)       # the host memory issues no reads
 
         with m.If(self.i_start):
@@ -151,7 +161,7 @@ class HostMemory(wiring.Component):
             m.d.sync += [v.eq(0) for v in self.o_landed]
         with m.Else():
             m.d.sync += self.o_tx_bytes.eq(self.o_tx_bytes + completer.o_sent_bytes)
-            with m.If((bad | completer.o_bad) & (self.o_errors != 0xFFFF)):
+            with m.If(check(bad | completer.o_bad) & (self.o_errors != 0xFFFF)):
                 m.d.sync += self.o_errors.eq(self.o_errors + 1)
         m.d.comb += self.o_progress.eq(completer.cpl.valid & completer.cpl.ready
                                        | sum(rx.o[c].valid for c in range(N_FC)).bool())

@@ -138,6 +138,9 @@ class PcieSystem(wiring.Component):
     ----------
     cfg : PcieConfig
         Structural fields shape the RTL.
+    checks : bool
+        Build the GPUs' memory checks (``False`` for synthesis, see
+        :class:`~hdl.pcie.gpu.GpuEndpoint`).
 
     Members
     -------
@@ -154,9 +157,10 @@ class PcieSystem(wiring.Component):
         Counter read (see :func:`counter_names`).
     """
 
-    def __init__(self, cfg=None):
+    def __init__(self, cfg=None, *, checks=True):
         from .config import PcieConfig
         self.cfg = cfg or PcieConfig()
+        self.checks = bool(checks)
         super().__init__({
             "cfg_we": In(1), "cfg_addr": In(9), "cfg_data": In(32), "ctl_start": In(1),
             "done": Out(1), "stuck": Out(1), "rd_addr": In(16), "rd_data": Out(32),
@@ -227,7 +231,8 @@ class PcieSystem(wiring.Component):
             m.d.comb += rc.i_latency.eq(regs[SysReg.SWITCH_LATENCY])
             overflow.append(rc.o_overflow)
             roots.append(rc)
-            host = HostMemory(cfg, k, tx_credits=rc.in_credits, rx_beats=tx_depth)
+            host = HostMemory(cfg, k, tx_credits=rc.in_credits, rx_beats=tx_depth,
+                              checks=self.checks)
             m.submodules[f"host{k}"] = host
             m.d.comb += [host.i_start.eq(self.ctl_start),
                          host.i_chunk_log2.eq(regs[SysReg.CHUNK_LOG2])]
@@ -237,7 +242,7 @@ class PcieSystem(wiring.Component):
 
         gpus, links = [], {}
         for g in range(cfg.gpus):
-            gpu = GpuEndpoint(cfg, g, tx_credits=tx_depth)
+            gpu = GpuEndpoint(cfg, g, tx_credits=tx_depth, checks=self.checks)
             m.submodules[f"gpu{g}"] = gpu
             m.d.comb += [gpu.i_we.eq(self.cfg_we & ~self.cfg_addr[8] & (self.cfg_addr[4:8] == g)),
                          gpu.i_reg.eq(self.cfg_addr[:3]), gpu.i_data.eq(self.cfg_data),
