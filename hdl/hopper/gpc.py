@@ -121,6 +121,10 @@ class Gpc(wiring.Component):
     cfg : DsmConfig
         Structural fields shape the RTL; run-time fields are written through
         ``cfg_*`` by the testbench.
+    checks : bool
+        Build each SM's data checks and fault injection (``False`` for
+        synthesis, see :class:`~hdl.hopper.endpoint.SmEndpoint`; then
+        ``verify_done`` never rises).
 
     Members
     -------
@@ -152,8 +156,9 @@ class Gpc(wiring.Component):
         Counter value, combinational.
     """
 
-    def __init__(self, cfg=None):
+    def __init__(self, cfg=None, *, checks=True):
         self.cfg = cfg if cfg is not None else DsmConfig()
+        self.checks = bool(checks)
         self.flit_layout = make_flit_layout(self.cfg)
         super().__init__({
             "cfg_we": In(1), "cfg_addr": In(11), "cfg_data": In(32),
@@ -182,8 +187,10 @@ class Gpc(wiring.Component):
 
         sms, shapers = [], []
         for s in range(cfg.n_slots):
-            sm = SharedModule(SmEndpoint, "dsm_sm_endpoint", cfg=cfg, flit_layout=layout)
-            shaper = InjectionShaper(flit_layout=layout, credits=depth)
+            sm = SharedModule(SmEndpoint, "dsm_sm_endpoint", cfg=cfg, flit_layout=layout,
+                              checks=self.checks)
+            shaper = SharedModule(InjectionShaper, "dsm_shaper", flit_layout=layout,
+                                  credits=depth)
             m.d.comb += [shaper.i_flits.eq(knobs[GpcReg.SHAPER_FLITS]),
                          shaper.i_cycles.eq(knobs[GpcReg.SHAPER_CYCLES]),
                          shaper.i_response_burst.eq(knobs[GpcReg.RESPONSE_BURST]),
@@ -223,39 +230,43 @@ class Gpc(wiring.Component):
                 counters[f"sm{s}.{name}"] = value
 
         def record(name, block):
-            for o in range(block.n_out):
+            for o in range(len(block.o_flits)):
                 counters[f"{name}.o{o}.flits"] = block.o_flits[o]
                 counters[f"{name}.o{o}.stalls"] = block.o_stalls[o]
             counters[f"{name}.occupied"] = block.o_occupied
             counters[f"{name}.no_credit"] = block.o_no_credit
-            for i in range(block.n_in):
+            for i in range(len(block.o_wants)):
                 counters[f"{name}.in{i}.wants"] = block.o_wants[i]
+
+        # One Verilog module per kind of switch, however many instances.
+        def switch(cls, module_name, **kwargs):
+            return SharedModule(cls, module_name, flit_layout=layout, depth=depth, **kwargs)
 
         switches = []
         tpcarbs = []
         for t in range(cfg.cpcs * cfg.tpcs_per_cpc):
-            arb = TpcArb(flit_layout=layout, depth=depth)
+            arb = switch(TpcArb, "dsm_tpcarb")
             m.submodules[f"tpcarb{t}"] = arb
             tpcarbs.append(arb)
             switches.append(arb)
             record(f"tpcarb{t}", arb)
         igs = []
         for c in range(cfg.cpcs):
-            ig = GpcarbIngress(flit_layout=layout, depth=depth)
+            ig = switch(GpcarbIngress, "dsm_gpcarb_ingress")
             m.submodules[f"ig{c}"] = ig
             igs.append(ig)
             switches.append(ig)
             record(f"ig{c}", ig)
         gxs = []
         for p in range(2):
-            gx = GxPlane(flit_layout=layout, depth=depth, cfg=cfg)
+            gx = switch(GxPlane, "dsm_gx_plane", cfg=cfg)
             m.submodules[f"gx{p}"] = gx
             gxs.append(gx)
             switches.append(gx)
             record(f"gx{p}", gx)
         egs = []
         for e in range(2 * cfg.cpcs):
-            eg = GpcarbEgress(flit_layout=layout, depth=depth, sm_depth=depth, cfg=cfg)
+            eg = switch(GpcarbEgress, "dsm_gpcarb_egress", sm_depth=depth, cfg=cfg)
             m.submodules[f"eg{e}"] = eg
             egs.append(eg)
             switches.append(eg)
@@ -290,7 +301,7 @@ class Gpc(wiring.Component):
         ]
         m.submodules.watchdog = watchdog = Watchdog(cfg.watchdog_cycles)
         progress = Cat(*(sh.o.valid for sh in shapers), *(sm.o_busy for sm in sms),
-                       *(eg.o[t].valid for eg in egs for t in range(eg.n_out))).any()
+                       *(link.valid for eg in egs for link in eg.o)).any()
         overflow = Cat(*(sw.o_overflow for sw in switches), *(sm.o_overflow for sm in sms)).any()
         m.d.comb += [watchdog.i_clear.eq(self.ctl_init | self.ctl_start),
                      watchdog.i_active.eq(running & ~self.done),
