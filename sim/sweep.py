@@ -32,7 +32,8 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["metric_rows", "parse_grid", "plan_sweep", "run_sweep", "sweep_table", "write_sweep"]
+__all__ = ["map_tasks", "metric_rows", "parse_grid", "plan_sweep", "run_sweep", "sweep_table",
+           "write_sweep"]
 
 ENGINES = ("local", "dask")
 
@@ -121,31 +122,72 @@ def run_sweep(points, sim, build_root, run_root, engine="local", jobs=1, schedul
     UsageError
         If ``engine`` is unknown or the Dask scheduler cannot be reached.
     """
-    from sim.cli import UsageError, execute_or_error, generate, job_verilog
+    from sim.cli import execute_or_error, generate, job_verilog
 
-    if engine not in ENGINES:
-        raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     build_root, run_root = str(Path(build_root).resolve()), Path(run_root).resolve()
     # A folder of its own, so two sweeps of one experiment never share run files.
     run_root.mkdir(parents=True, exist_ok=True)
     run_root = Path(tempfile.mkdtemp(prefix="sweep-", dir=run_root))
     builds = list(dict.fromkeys(b for _, job in points for b in job_verilog(job)))
     tasks = [(job, sim, build_root, str(_point_dir(run_root, i))) for i, (_, job) in enumerate(points)]
-    out = [None] * len(points)
+
+    def outcome(value):
+        data, _, _, error = value
+        return data, error
+
+    def point_progress(done, total, i, error):
+        progress(done, total, points[i][0], error)
+
+    # A configuration that fails to generate fails its points, each listed.
+    return map_tasks(execute_or_error, tasks, engine, jobs, scheduler,
+                     progress=point_progress if progress else None, outcome=outcome,
+                     prepare=[(generate, (f, hw, build_root)) for f, hw in builds])
+
+
+def _as_pair(value):
+    return value, None
+
+
+def map_tasks(fn, tasks, engine="local", jobs=1, scheduler=None, progress=None,
+              outcome=_as_pair, prepare=()):
+    """``fn(*task)`` for every task of ``tasks``, on a local process pool
+    (``engine="local"``, ``jobs`` workers) or a Dask cluster (``"dask"``: the
+    scheduler at ``scheduler``, or a local cluster of ``jobs`` workers).  The
+    calls ``prepare`` (``[(fn, args)]``) run to the end first, their errors
+    ignored.  Returns ``[(result or None, error or None)]`` in task order, each
+    result passed through ``outcome`` (which returns that pair); a task that
+    raised, or whose worker died (a killed process, a lost Dask worker), gives
+    ``(None, message)`` and fails only itself.
+    ``progress(done, total, index, error)`` is called as each task finishes.
+
+    Raises
+    ------
+    UsageError
+        If ``engine`` is unknown or the Dask scheduler cannot be reached.
+    """
+    from sim.cli import UsageError
+
+    if engine not in ENGINES:
+        raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
+    out = [None] * len(tasks)
+
+    def finished(done, i, future):
+        try:
+            out[i] = outcome(future.result())
+        except Exception as error:   # noqa: BLE001 - listed with the task
+            out[i] = (None, f"{type(error).__name__}: {error}")
+        if progress:
+            progress(done, len(tasks), i, out[i][1])
+
     if engine == "local":
         import concurrent.futures
 
         from sim.cli import pool
         with pool(jobs) as workers:
-            # A configuration that fails to generate fails its points, each listed.
-            concurrent.futures.wait([workers.submit(generate, f, hw, build_root)
-                                     for f, hw in builds])
-            futures = {workers.submit(execute_or_error, *t): i for i, t in enumerate(tasks)}
+            concurrent.futures.wait([workers.submit(f, *args) for f, args in prepare])
+            futures = {workers.submit(fn, *t): i for i, t in enumerate(tasks)}
             for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
-                i = futures[future]
-                out[i] = _outcome(future)
-                if progress:
-                    progress(done, len(points), points[i][0], out[i][1])
+                finished(done, futures[future], future)
         return out
     try:
         from dask.distributed import Client, LocalCluster, as_completed
@@ -163,30 +205,16 @@ def run_sweep(points, sim, build_root, run_root, engine="local", jobs=1, schedul
             raise UsageError(f"--scheduler must be the address of a running Dask scheduler, "
                              f"not {scheduler!r} ({error})") from None
         with client:
-            made = client.map(generate, *zip(*[(f, hw, build_root) for f, hw in builds]),
-                              pure=False)
+            made = [client.submit(f, *args, pure=False) for f, args in prepare]
             client.gather(made, errors="skip")
-            futures = [client.submit(execute_or_error, *t, pure=False) for t in tasks]
+            futures = [client.submit(fn, *t, pure=False) for t in tasks]
             index = {f.key: i for i, f in enumerate(futures)}
             for done, future in enumerate(as_completed(futures), 1):
-                i = index[future.key]
-                out[i] = _outcome(future)
-                if progress:
-                    progress(done, len(points), points[i][0], out[i][1])
+                finished(done, index[future.key], future)
     finally:
         if cluster is not None:
             cluster.close()
     return out
-
-
-def _outcome(future):
-    """``(data, error)`` of a finished point; a worker that died (a killed
-    process, a lost Dask worker) fails only its point."""
-    try:
-        data, _, _, error = future.result()
-    except Exception as error:   # noqa: BLE001 - listed with the point
-        return None, f"{type(error).__name__}: {error}"
-    return data, error
 
 
 def sweep_table(points, outcomes):
