@@ -17,7 +17,7 @@ export FABRICSIM_SIM := $(SIM)
 BUILD ?= build
 RESULTS ?= results
 
-.PHONY: venv report test soak prove bench clean
+.PHONY: venv report test soak prove bench synth clean
 
 venv: $(STAMP)
 
@@ -60,6 +60,16 @@ prove: venv
 # Python simulator; writes results/bench.json for the report.
 bench: venv
 	$(BIN)/python -m sim.bench --report-times --build $(BUILD) --results $(RESULTS)
+
+# Every block and each fabric's small top through Yosys and nextpnr (ECP5,
+# and iCE40 where a block fits), then a flit-width sweep of the TPC arbiter;
+# writes results/synth.json and results/sweep/synth.tpc_arbiter.*, which the
+# next `make report` (or `fabricsim report`) shows.  A block a tool failed on
+# is in the table and fails the target after the sweep has run.
+synth: venv
+	@status=0; $(BIN)/fabricsim --build $(BUILD) --results $(RESULTS) synth || status=$$?; \
+	  $(BIN)/fabricsim --build $(BUILD) --results $(RESULTS) sweep synth.tpc_arbiter \
+	    --grid flit_bytes=16,32,64 && exit $$status
 
 clean:
 	rm -rf $(BUILD) $(RESULTS)

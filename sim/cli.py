@@ -4,13 +4,15 @@
     fabricsim run NAME... [--set FIELD=VALUE]... [--sim verilator|icarus] [--waves]
     fabricsim report
     fabricsim sweep NAME --grid FIELD=V1,V2,... [--set FIELD=VALUE]... [--engine local|dask]
+    fabricsim synth [BLOCK...] [--config FILE] [--device ecp5|ice40] [--freq MHZ]
 
 NAME is a fabric (``dsm``, ``mesh``, ``pcie``), one experiment (``dsm.one_way``) or ``all``.
 ``--set`` overrides any field of the fabric's configuration for a what-if;
 structural fields rebuild the RTL (cached by configuration), run-time fields
 only change the registers written per run.  ``run`` simulates up to
 ``--jobs`` experiments at once (default: one per CPU); ``sweep`` runs one
-experiment over a grid of values (see :mod:`sim.sweep`).
+experiment over a grid of values (see :mod:`sim.sweep`); ``synth``
+synthesises blocks and small fabric tops for an FPGA (see :mod:`sim.synth`).
 """
 
 from __future__ import annotations
@@ -437,13 +439,17 @@ def _cmd_sweep(args):
     from sim import sweep
     from sim.toolchain import check_simulator
 
+    if args.scheduler is not None and args.engine != "dask":
+        raise UsageError("--scheduler needs --engine dask")
+    if args.name.startswith("synth."):
+        from sim import synth
+        return synth.sweep(args)
     console = Console(stderr=True)
     pairs = resolve_names([args.name])
     if len(pairs) != 1 or "." not in args.name:
-        raise UsageError(f"NAME must be one experiment (fabric.experiment), not {args.name!r}")
+        raise UsageError(f"NAME must be one experiment (fabric.experiment) or synth.BLOCK, "
+                         f"not {args.name!r}")
     fabric, name = pairs[0]
-    if args.scheduler is not None and args.engine != "dask":
-        raise UsageError("--scheduler needs --engine dask")
     grid = sweep.parse_grid(_fabric(fabric).config, args.grid)
     try:
         check_simulator(args.sim)
@@ -487,6 +493,11 @@ def _cmd_sweep(args):
     return 1 if any(error for _, error in outcomes) else 0
 
 
+def _cmd_synth(args):
+    from sim import synth
+    return synth.main(args)
+
+
 def _met(row):
     from sim.report import row_met
     return row_met(row)
@@ -520,7 +531,8 @@ def main(argv=None):
     run.add_argument("--jobs", "-j", type=_jobs, default=os.cpu_count() or 1, metavar="N",
                      help="experiments simulated at once (default: one per CPU)")
     sub.add_parser("report", help="write results/report.md from results/")
-    swp = sub.add_parser("sweep", help="run one experiment over a grid of configuration values")
+    swp = sub.add_parser("sweep", help="run one experiment (or synthesise one block: "
+                                       "synth.BLOCK) over a grid of configuration values")
     swp.add_argument("name", metavar="NAME")
     swp.add_argument("--grid", action="append", default=[], metavar="FIELD=V1,V2,...",
                      help="a field and its values (';' between the values of a tuple or string "
@@ -535,10 +547,24 @@ def main(argv=None):
                      help="points simulated at once (default: one per CPU)")
     swp.add_argument("--metric", metavar="TEXT",
                      help="the row plotted: the first whose quantity starts with TEXT")
+    syn = sub.add_parser("synth", help="synthesise blocks for an FPGA: LUTs, flip-flops, "
+                                       "block RAMs, Fmax")
+    syn.add_argument("blocks", nargs="*", metavar="BLOCK",
+                     help="blocks to synthesise (default: all; see sim.synth.BLOCKS)")
+    syn.add_argument("--config", metavar="FILE",
+                     help="TOML file of configuration fields: [dsm], [mesh], [pcie] tables")
+    syn.add_argument("--device", metavar="DEVICE",
+                     help="only this target: ecp5 or ice40 (default: each block's targets)")
+    syn.add_argument("--freq", type=float, metavar="MHZ",
+                     help="timing target in MHz (default: ecp5 100, ice40 50)")
+    syn.add_argument("--jobs", "-j", type=_jobs, default=os.cpu_count() or 1, metavar="N",
+                     help="blocks synthesised at once (default: one per CPU)")
+    syn.add_argument("--timeout", type=float, default=900.0, metavar="SECONDS",
+                     help="Yosys and nextpnr time allowed per block (default: 900)")
     args = parser.parse_args(argv)
     try:
         return {"list": _cmd_list, "run": _cmd_run, "report": _cmd_report,
-                "sweep": _cmd_sweep}[args.command](args)
+                "sweep": _cmd_sweep, "synth": _cmd_synth}[args.command](args)
     except (UsageError, FileNotFoundError) as error:
         print(f"fabricsim: error: {error}", file=sys.stderr)
         return 2

@@ -534,7 +534,8 @@ def load_results(results_dir: Path) -> list[ExperimentResult]:
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
         raise FileNotFoundError(f"results directory {results_dir} does not exist")
-    paths = sorted(results_dir.glob("*/*.json"))
+    # sweep/ holds sweep tables, not experiment results.
+    paths = sorted(p for p in results_dir.glob("*/*.json") if p.parent.name != SWEEP_DIR)
     if not paths:
         raise FileNotFoundError(f"no <fabric>/<experiment>.json result files under {results_dir}")
     return [_load_experiment(p) for p in paths]
@@ -914,6 +915,9 @@ def write_report(results_dir: Path) -> Path:
     lines += _verification_section(results_dir)
     lines += _faults_survived(results)
     lines += _bench_section(results_dir)
+    synth_lines, synth_plots = _synth_section(results_dir)
+    lines += synth_lines
+    plots.update(synth_plots)
 
     current_fabric = None
     for result in results:
@@ -1008,6 +1012,102 @@ def _bench_section(results_dir: Path) -> list[str]:
 
 def _met(ok):
     return "yes" if ok else "**no**"
+
+
+SYNTH_NAME = "synth.json"
+SWEEP_DIR = "sweep"   #: results/sweep/: tables of `fabricsim sweep`
+
+
+def _synth_section(results_dir: Path) -> tuple[list[str], dict[Path, bytes]]:
+    """The FPGA table of ``results_dir / synth.json`` (written by ``make
+    synth``) and a plot per synthesis sweep (``sweep/synth.<block>.json``):
+    ``(lines, {plot path: PNG bytes})``, both empty when there is no file.
+
+    Raises
+    ------
+    ValueError
+        If a file is malformed; the message names the file and the key.
+    """
+    path = results_dir / SYNTH_NAME
+    lines: list[str] = []
+    plots: dict[Path, bytes] = {}
+    if path.is_file():
+        try:
+            rows = json.loads(path.read_text(encoding="utf-8"))["rows"]
+            table = [[str(r["block"]), str(r["device"]), _cell(str(r["config"])),
+                      _count_text(r["luts"]), _count_text(r["ffs"]), _count_text(r["brams"]),
+                      f"{float(r['fmax_mhz']):.1f}" if r["fmax_mhz"] else "—",
+                      f"{float(r['target_mhz']):g}" if r.get("target_mhz") else "—",
+                      str(r["status"]) if r["status"] == "ok"
+                      else f"**{r['status']}**" + (f": {_cell(_short(str(r['message']), 90))}"
+                                                   if r.get("message") else "")]
+                     for r in rows]
+            versions = sorted({f"{k} {v}" for r in rows
+                               for k, v in (r.get("tool_versions") or {}).items()})
+        except (ValueError, KeyError, TypeError) as error:
+            raise ValueError(f"{path}: not a synthesis file ({type(error).__name__}: "
+                             f"{error})") from None
+        lines += ["## FPGA synthesis", "",
+                  "Each block on its own and each fabric's top at a small configuration, "
+                  "from the same Verilog the simulators run, synthesised by Yosys and placed "
+                  "and routed by nextpnr (`make synth`); LUTs, flip-flops, block RAMs and "
+                  "Fmax are the tools' own figures. ECP5 rows are placed out of context "
+                  "(ports are internal nets). Tools: " + "; ".join(versions) + ".", ""]
+        lines += _md_table(["block", "device", "configuration", "LUTs", "FFs", "BRAMs",
+                            "Fmax MHz", "target MHz", "status"], table) + [""]
+    for sweep_path in sorted((results_dir / SWEEP_DIR).glob("synth.*.json")):
+        try:
+            sweep = json.loads(sweep_path.read_text(encoding="utf-8"))
+            png = _render_synth_sweep(sweep)
+        except (ValueError, KeyError, TypeError, IndexError) as error:
+            raise ValueError(f"{sweep_path}: not a synthesis sweep ({type(error).__name__}: "
+                             f"{error})") from None
+        if png is None:
+            continue
+        plot = results_dir / f"synth_sweep_{sweep['experiment']}.png"
+        plots[plot] = png
+        field = next(iter(sweep["grid"]))
+        if not lines:
+            lines += ["## FPGA synthesis", ""]
+        lines += [f"Area and clock of `{sweep['experiment']}` against `{field}` "
+                  f"(`fabricsim sweep synth.{sweep['experiment']}`, {sweep['simulator']}):", "",
+                  f"![{sweep['experiment']} synthesis sweep]({plot.name})", ""]
+    return lines, plots
+
+
+def _count_text(value: Any) -> str:
+    return "—" if value is None else f"{int(value):,}"
+
+
+def _render_synth_sweep(sweep: Mapping[str, Any]) -> bytes | None:
+    """Two panels against the sweep's first grid field: LUTs and flip-flops,
+    and Fmax; ``None`` when no point has figures."""
+    field = next(iter(sweep["grid"]))
+    series: dict[str, list[tuple[float, float]]] = {}
+    for r in sweep["rows"]:
+        if "error" in r or r.get("model") is None:
+            continue
+        series.setdefault(r["quantity"], []).append((float(r["point"][field]), float(r["model"])))
+    if not series:
+        return None
+    fig = Figure(figsize=(8.4, 3.4), layout="constrained")
+    FigureCanvasAgg(fig)
+    area, clock = fig.subplots(1, 2)
+    for quantity in ("LUTs", "flip-flops"):
+        pts = sorted(series.get(quantity, []))
+        if pts:
+            area.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=quantity)
+    area.set_xlabel(field)
+    area.set_ylabel("count")
+    area.legend(fontsize=8)
+    area.grid(True, alpha=0.3)
+    pts = sorted(series.get("Fmax", []))
+    clock.plot([x for x, _ in pts], [y for _, y in pts], marker="o", color="tab:red")
+    clock.set_xlabel(field)
+    clock.set_ylabel("Fmax (MHz)")
+    clock.grid(True, alpha=0.3)
+    fig.suptitle(f"{sweep['experiment']} on {sweep['simulator']}", fontsize=9)
+    return _png(fig)
 
 
 PROOFS_NAME = "proofs.json"

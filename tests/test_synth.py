@@ -1,0 +1,139 @@
+"""``make synth``: a block through Yosys and nextpnr, the figures in the report,
+a synthesis sweep, and bad input refused."""
+
+import json
+
+import pytest
+
+from sim import synth
+from sim.cli import UsageError, main
+from sim.report import _synth_section
+
+
+@pytest.fixture(scope="module")
+def shaper_row(tmp_path_factory):
+    """The injection shaper synthesised for the ECP5 (one run, shared)."""
+    build = tmp_path_factory.mktemp("build")
+    return synth.synthesise("shaper", "ecp5", build_root=build)
+
+
+def test_the_shaper_synthesises_with_figures_from_the_tools(shaper_row):
+    row = shaper_row
+    assert row["status"] in ("ok", "fails timing"), row["message"]
+    # Two 4-bit ratio registers, a 5-bit token count, credit counters and the
+    # registered output flit of about 300 bits: hundreds of LUTs and flip-flops.
+    assert 100 < row["luts"] < 5000 and 300 < row["ffs"] < 5000
+    assert row["brams"] == 0
+    assert set(row["fmax_by_clock"]) == {"clk"} and 10 < row["fmax_mhz"] < 1000
+    assert row["fmax_mhz"] == row["fmax_by_clock"]["clk"]
+    assert (row["status"] == "ok") == (row["fmax_mhz"] >= row["target_mhz"])
+    assert row["tool_versions"]["yosys"].startswith("Yosys 0.70")
+    assert "nextpnr" in row["tool_versions"]["nextpnr"]
+    assert row["device"].startswith("LFE5U-85F")
+
+
+def test_the_figures_follow_the_design(tmp_path, shaper_row):
+    """16 B flits instead of 32: the registered output flit loses 128 data bits."""
+    narrow = synth.synthesise("shaper", "ecp5", ["flit_bytes=16"], build_root=tmp_path)
+    assert shaper_row["ffs"] - narrow["ffs"] >= 128
+    assert narrow["config"].startswith("16 B flits")
+    small = synth.synthesise("round_robin", "ice40", build_root=tmp_path)
+    assert small["status"] in ("ok", "fails timing") and small["luts"] > 0 and small["ffs"] > 0
+    assert small["device"].startswith("iCE40")
+
+
+def test_a_block_past_its_time_is_reported_as_timed_out(tmp_path):
+    row = synth.synthesise("round_robin", "ecp5", build_root=tmp_path, timeout=0.01)
+    assert row["status"] == "timed out" and "--timeout" in row["message"]
+    assert row["fmax_mhz"] is None
+
+
+def test_a_block_with_more_port_bits_than_pins_does_not_fit_the_ice40(tmp_path):
+    row = synth.synthesise("shaper", "ice40", build_root=tmp_path)
+    assert row["status"] == "does not fit"
+    assert "I/O pins" in row["message"] and row["fmax_mhz"] is None and row["luts"] > 0
+
+
+def test_the_report_shows_the_synthesis_table_and_sweep_plot(tmp_path, shaper_row):
+    failed = dict(shaper_row, block="dsm_top", status="does not fit", luts=None, ffs=None,
+                  brams=None, fmax_mhz=None, message="nextpnr exited 1: too many cells")
+    (tmp_path / "synth.json").write_text(json.dumps({"rows": [shaper_row, failed]}))
+    (tmp_path / "sweep").mkdir()
+    rows = [{"point": {"flit_bytes": str(b)}, "quantity": q, "model": v * b, "unit": u,
+             "met": None} for b in (16, 32, 64)
+            for q, v, u in (("LUTs", 10, "LUTs"), ("flip-flops", 9, "FFs"), ("Fmax", 3, "MHz"))]
+    (tmp_path / "sweep" / "synth.gx_plane.json").write_text(json.dumps(
+        {"fabric": "synth", "experiment": "gx_plane", "simulator": "ecp5",
+         "grid": {"flit_bytes": ["16", "32", "64"]}, "rows": rows}))
+    lines, plots = _synth_section(tmp_path)
+    text = "\n".join(lines)
+    assert "## FPGA synthesis" in text
+    assert f"| shaper | {shaper_row['device']} |" in text
+    assert f"{shaper_row['fmax_mhz']:.1f}" in text
+    assert "| dsm_top |" in text and "**does not fit**: nextpnr exited 1: too many cells" in text
+    assert [p.name for p in plots] == ["synth_sweep_gx_plane.png"]
+    assert next(iter(plots.values())).startswith(b"\x89PNG")
+    (tmp_path / "synth.json").write_text(json.dumps({"rows": [{"block": "x"}]}))
+    with pytest.raises(ValueError, match="not a synthesis file"):
+        _synth_section(tmp_path)
+    assert _synth_section(tmp_path / "nothing") == ([], {})
+
+
+def test_bad_synthesis_input_is_refused(tmp_path, capsys):
+    base = ["--build", str(tmp_path / "b"), "--results", str(tmp_path / "r"), "synth"]
+    assert main(base + ["noc_router"]) == 2
+    assert "BLOCK must be one of shaper," in capsys.readouterr().err
+    assert main(base + ["shaper", "--device", "virtex"]) == 2
+    assert "--device must be one of ecp5, ice40, not 'virtex'" in capsys.readouterr().err
+    assert main(base + ["gx_plane", "--device", "ice40"]) == 2
+    assert "is not a target of gx_plane" in capsys.readouterr().err
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[dsm]\nflit_bytes = 48\n")
+    assert main(base + ["shaper", "--config", str(bad)]) == 2
+    assert "flit_bytes must be one of 16, 32, 64, not 48" in capsys.readouterr().err
+    bad.write_text("[nvlink]\nx = 1\n")
+    assert main(base + ["shaper", "--config", str(bad)]) == 2
+    assert "--config tables must be among dsm, mesh, pcie, not 'nvlink'" in capsys.readouterr().err
+    bad.write_text("[dsm\n")
+    assert main(base + ["shaper", "--config", str(bad)]) == 2
+    assert "not valid TOML" in capsys.readouterr().err
+    assert main(base + ["shaper", "--timeout", "0"]) == 2
+    assert "--timeout must be a positive number of seconds" in capsys.readouterr().err
+    assert main(base + ["shaper", "--freq", "0"]) == 2
+    assert "--freq must be a clock in MHz from 1 to 1000" in capsys.readouterr().err
+    assert not (tmp_path / "r" / "synth.json").exists()
+    with pytest.raises(UsageError, match="BLOCK must be one of"):
+        synth.synthesise("nothing", "ecp5", build_root=tmp_path)
+
+
+def test_a_synthesis_sweep_writes_one_row_per_point_and_quantity(tmp_path):
+    assert main(["--build", str(tmp_path / "b"), "--results", str(tmp_path / "r"), "sweep",
+                 "synth.round_robin", "--grid", "cpcs=3", "--jobs", "1"]) == 0
+    data = json.loads((tmp_path / "r" / "sweep" / "synth.round_robin.json").read_text())
+    assert [r["quantity"] for r in data["rows"]] == ["LUTs", "flip-flops", "block RAMs", "Fmax"]
+    assert all(r["model"] is not None for r in data["rows"])
+    assert (tmp_path / "r" / "sweep" / "synth.round_robin.csv").is_file()
+
+
+def test_a_bad_synthesis_sweep_point_is_named(tmp_path, capsys):
+    assert main(["--build", str(tmp_path / "b"), "--results", str(tmp_path / "r"), "sweep",
+                 "synth.gx_plane", "--grid", "flit_bytes=16,48"]) == 2
+    assert "sweep point flit_bytes=48: flit_bytes must be one of 16, 32, 64" \
+        in capsys.readouterr().err
+    assert main(["--build", str(tmp_path / "b"), "--results", str(tmp_path / "r"), "sweep",
+                 "synth.noc", "--grid", "flit_bytes=16"]) == 2
+    assert "NAME must be synth.BLOCK with BLOCK one of" in capsys.readouterr().err
+
+
+def test_a_block_builds_into_a_board_bitstream(tmp_path, capsys):
+    """The README's board example, with the small arbiter: a bitstream for the
+    ULX3S's ECP5-85F and nextpnr's timing of the harness."""
+    from sim import board
+
+    assert board.main(["round_robin", "--build", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    folder = tmp_path / "board" / "ulx3s-85f-round_robin"
+    assert (folder / "top.bit").stat().st_size > 100_000
+    assert "Max frequency for clock" in out
+    assert board.main(["round_robin", "--board", "de10", "--build", str(tmp_path)]) == 2
+    assert "--board must be one of ulx3s-85f, icebreaker, not 'de10'" in capsys.readouterr().err
