@@ -1039,7 +1039,7 @@ def _synth_section(results_dir: Path) -> tuple[list[str], dict[Path, bytes]]:
                       f"{float(r['fmax_mhz']):.1f}" if r["fmax_mhz"] else "—",
                       f"{float(r['target_mhz']):g}" if r.get("target_mhz") else "—",
                       str(r["status"]) if r["status"] == "ok"
-                      else f"**{r['status']}**" + (f": {_cell(_short(str(r['message']), 90))}"
+                      else f"**{r['status']}**" + (f": {_cell(_clip(str(r['message']), 160))}"
                                                    if r.get("message") else "")]
                      for r in rows]
             versions = sorted({f"{k} {v}" for r in rows
@@ -1073,6 +1073,11 @@ def _synth_section(results_dir: Path) -> tuple[list[str], dict[Path, bytes]]:
                   f"(`fabricsim sweep synth.{sweep['experiment']}`, {sweep['simulator']}):", "",
                   f"![{sweep['experiment']} synthesis sweep]({plot.name})", ""]
     return lines, plots
+
+
+def _clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, the cut marked with an ellipsis."""
+    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
 
 
 def _count_text(value: Any) -> str:
