@@ -1,5 +1,6 @@
 """Bounded proofs of the small blocks: arbiter, credit counter, injection
-shaper, ACK coalescer, one GX switch plane and one mesh router (``make prove``).
+shaper, ACK coalescer, the registered-read queue, one GX switch plane and one
+mesh router (``make prove``).
 
 Each proof wraps one block in a harness: the block's inputs are free values
 that a SAT solver chooses each cycle, ``Assume`` statements keep them to what
@@ -34,9 +35,11 @@ from amaranth import (Array, Cat, Const, Elaboratable, Module, Mux, ResetSignal,
                       signed)
 from amaranth.back import rtlil
 from amaranth.hdl import Assert, Assume, Fragment
+from amaranth.lib.fifo import SyncFIFO
 
 from hdl.common.arbiter import RoundRobin
 from hdl.common.credit import CreditCounter
+from hdl.common.queue import RegisteredReadFIFO
 from hdl.common.flit import VC, Kind, flit_layout
 from hdl.etsoc.config import MeshConfig
 from hdl.etsoc.mesh import MeshRouter, Port
@@ -46,7 +49,7 @@ from hdl.hopper.fabric import GxPlane
 from hdl.hopper.shaper import InjectionShaper
 
 __all__ = ["Harness", "RoundRobinHarness", "CreditCounterHarness", "ShaperHarness",
-           "AckHarness", "SwitchHarness", "GxPlaneHarness", "MeshRouterHarness",
+           "AckHarness", "FifoEquivalenceHarness", "SwitchHarness", "GxPlaneHarness", "MeshRouterHarness",
            "Proof", "ProofResult", "PROOFS", "check", "prove", "main"]
 
 HOPPER = "seed 000 (000_8cf2435219a2167b.txt)"
@@ -339,6 +342,49 @@ class AckHarness(Harness):
             self.require(m, unacked >= 0, f"source {s}: more acknowledged than written")
             self.require(m, ~drained | (unacked == 0), f"source {s}: ACK count lost")
         self.require(m, ~drained | (dut.o_owed == 0), "o_owed not 0 after the drain")
+
+
+# --------------------------------------------------------------------------
+# Queues
+
+
+class FifoEquivalenceHarness(Harness):
+    """:class:`~hdl.common.queue.RegisteredReadFIFO` against Amaranth's
+    :class:`~amaranth.lib.fifo.SyncFIFO` of the same size, both fed the same
+    free ``w_data``, ``w_en`` and ``r_en`` every cycle.
+
+    Property, every cycle: ``r_rdy``, ``w_rdy``, ``level`` and ``r_data`` of
+    the two are equal (``r_data`` even while the queues are empty), so the
+    registered read port changes no cycle of any block built on it.  Each
+    depth in ``depths`` is checked by its own pair; a bound of a few cycles
+    more than twice the depth takes the pointers round the memory twice.
+
+    Parameters
+    ----------
+    depths : tuple of int
+        Queue depths checked (entries).
+    width : int
+        Entry width, bits.
+    fifo : callable
+        ``fifo(width=, depth=)`` returning the queue under test.
+    """
+
+    def __init__(self, *, depths=(3, 4), width=2, fifo=RegisteredReadFIFO):
+        super().__init__()
+        self.depths, self.width, self.fifo = depths, width, fifo
+
+    def build(self, m):
+        for depth in self.depths:
+            w_data = self.free(self.width, f"w_data_{depth}")
+            w_en, r_en = self.free(1, f"w_en_{depth}"), self.free(1, f"r_en_{depth}")
+            ref, dut = SyncFIFO(width=self.width, depth=depth), self.fifo(width=self.width,
+                                                                          depth=depth)
+            m.submodules[f"ref{depth}"], m.submodules[f"dut{depth}"] = ref, dut
+            for q in (ref, dut):
+                m.d.comb += [q.w_data.eq(w_data), q.w_en.eq(w_en), q.r_en.eq(r_en)]
+            for member in ("r_rdy", "w_rdy", "level", "r_data"):
+                self.require(m, getattr(ref, member) == getattr(dut, member),
+                             f"depth {depth}: {member} differs from SyncFIFO")
 
 
 # --------------------------------------------------------------------------
@@ -638,6 +684,10 @@ PROOFS = {p.name: p for p in (
           "after 7 quiet cycles; no empty or malformed ACK",
           12, lambda: AckHarness(n_nodes=3),
           f"{HOPPER}: 'What NVIDIA's Patent Tells Us'"),
+    Proof("fifo_registered_read", "RegisteredReadFIFO(width=2, depth=3 and 4)",
+          "r_rdy, w_rdy, level and r_data equal Amaranth's SyncFIFO's every cycle, "
+          "under any writes and reads",
+          12, lambda: FifoEquivalenceHarness()),
     Proof("gx_plane", "GxPlane(6x6, VOQ, depth=1), inputs 0 and 5",
           "any flit leaves once, unchanged, on its route's output, within 6 cycles "
           "after injection stops; no buffer overflow",

@@ -10,13 +10,16 @@ import re
 
 import pytest
 from amaranth import Array, Cat, Module, Signal
+from amaranth.lib.fifo import SyncFIFOBuffered
 
 from hdl.common.arbiter import RoundRobin
 from hdl.common.credit import CreditCounter
+from hdl.common.queue import RegisteredReadFIFO
 from hdl.etsoc.mesh import Port
 from hdl.hopper.fabric import GxPlane
-from sim.prove import (PROOFS, AckHarness, CreditCounterHarness, GxPlaneHarness,
-                       MeshRouterHarness, RoundRobinHarness, ShaperHarness, check, main, prove)
+from sim.prove import (PROOFS, AckHarness, CreditCounterHarness, FifoEquivalenceHarness,
+                       GxPlaneHarness, MeshRouterHarness, RoundRobinHarness, ShaperHarness, check,
+                       main, prove)
 
 
 class FixedPriority(RoundRobin):
@@ -46,6 +49,14 @@ class CreditReturnedTwice(CreditCounter):
         m.d.comb += [counter.i_return.eq(self.i_return | again),
                      counter.i_take.eq(self.i_take), self.o_avail.eq(counter.o_avail)]
         return m
+
+
+class OpaqueReadFIFO(RegisteredReadFIFO):
+    """Planted fault: the registered read port is not transparent, so an
+    entry read in the cycle after it was written into the next read slot
+    shows the memory's old contents."""
+
+    _transparent = False
 
 
 class DroppingGxPlane(GxPlane):
@@ -95,6 +106,10 @@ def test_proof_passes(name):
     ("starving arbiter", lambda: RoundRobinHarness(3, arbiter=FixedPriority), 12, "passed over"),
     ("credit returned twice", lambda: CreditCounterHarness(counter=CreditReturnedTwice), 14,
      "o_avail disagrees|more flits out than credits"),
+    ("queue read port not transparent", lambda: FifoEquivalenceHarness(fifo=OpaqueReadFIFO), 12,
+     "r_data differs"),
+    ("queue read one cycle late (SyncFIFOBuffered)",
+     lambda: FifoEquivalenceHarness(fifo=SyncFIFOBuffered), 12, "r_rdy differs"),
     ("flit dropped in a GX plane", lambda: GxPlaneHarness(plane=DroppingGxPlane), 12,
      "marked flit not out"),
     ("GX plane output arbiter starving a credit-blocked VC",

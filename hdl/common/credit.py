@@ -11,10 +11,11 @@ physical lane.
 """
 
 from amaranth import Array, Cat, Module, Mux, Signal
-from amaranth.lib import fifo, stream, wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .arbiter import RoundRobin
+from .queue import sync_fifo
 
 __all__ = ["CreditLink", "CreditCounter", "VcInputBuffer", "LinkPipeline", "LinkDelay",
            "StreamToLink"]
@@ -148,7 +149,7 @@ class VcInputBuffer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         for v in range(self.n_vc):
-            queue = fifo.SyncFIFO(width=self.flit_layout.size, depth=self.depth)
+            queue = sync_fifo(width=self.flit_layout.size, depth=self.depth)
             m.submodules[f"vc{v}"] = queue
             write = self.i.valid & (self.i.flit.vc == v)
             m.d.comb += [
@@ -261,7 +262,7 @@ class LinkDelay(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         size = self.flit_layout.size
-        m.submodules.queue = queue = fifo.SyncFIFO(width=size + 9, depth=self.capacity)
+        m.submodules.queue = queue = sync_fifo(width=size + 9, depth=self.capacity)
         now = Signal(9)
         m.d.sync += now.eq(now + 1)
         stamp = queue.r_data[size:]

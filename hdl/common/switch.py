@@ -7,10 +7,11 @@ written once.
 """
 
 from amaranth import Const, Module, Mux, Signal
-from amaranth.lib import fifo, stream, wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .arbiter import RoundRobin
+from .queue import sync_fifo
 from .credit import CreditCounter, CreditLink, VcInputBuffer
 
 __all__ = ["CreditSwitch"]
@@ -130,7 +131,7 @@ class CreditSwitch(wiring.Component):
                 pops = []
                 occupied = []
                 for o in range(self.n_out):
-                    queue = fifo.SyncFIFO(width=self.flit_layout.size, depth=self.depth)
+                    queue = sync_fifo(width=self.flit_layout.size, depth=self.depth)
                     m.submodules[f"voq{i}_{v}_{o}"] = queue
                     write = link.valid & (link.flit.vc == v) & (dest == o)
                     m.d.comb += [queue.w_data.eq(link.flit), queue.w_en.eq(write)]

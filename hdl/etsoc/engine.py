@@ -62,9 +62,10 @@ testbench compares with a reference model of the messages.
 import enum
 
 from amaranth import Cat, Const, Module, Mux, Signal
-from amaranth.lib import fifo, memory, stream, wiring
+from amaranth.lib import memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..common.queue import sync_fifo
 from ..common.flit import VC
 
 __all__ = ["MsgKind", "EngineReg", "Couple", "MinionEngine", "register_word", "checksum",
@@ -414,7 +415,7 @@ class MinionEngine(wiring.Component):
             m.d.sync += ready_valid.eq(0)
 
         # --- send -----------------------------------------------------------
-        out = fifo.SyncFIFO(width=layout.size, depth=4)
+        out = sync_fifo(width=layout.size, depth=4)
         m.submodules.tx_fifo = out
         m.d.comb += [self.o_req.payload.eq(out.r_data), self.o_req.valid.eq(out.r_rdy),
                      out.r_en.eq(self.o_req.ready)]

@@ -16,12 +16,13 @@ address, and after the timed region the endpoint checks every received word.
 import enum
 
 from amaranth import Array, Cat, Const, Module, Mux, Signal
-from amaranth.lib import fifo, memory, stream, wiring
+from amaranth.lib import memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..common.arbiter import StreamMerge
 from ..common.credit import CreditLink, VcInputBuffer
 from ..common.flit import VC, Kind
+from ..common.queue import sync_fifo
 from .ack import AckCoalescer
 
 __all__ = ["Fault", "TrafficKind", "StreamReg", "CheckReg", "GlobalReg", "SmEndpoint", "FlitPipe",
@@ -155,7 +156,7 @@ class FlitPipe(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         layout = self.flit_layout
-        m.submodules.queue = queue = fifo.SyncFIFO(width=layout.size, depth=self.depth)
+        m.submodules.queue = queue = sync_fifo(width=layout.size, depth=self.depth)
         valid = [Signal(name=f"v{k}") for k in range(self.latency)]
         flits = [Signal(layout, name=f"f{k}") for k in range(self.latency)]
         use_mem = Signal()
@@ -468,7 +469,7 @@ class SmEndpoint(wiring.Component):
         m.d.comb += [self.o_overflow.eq(arrivals.o_overflow),
                      self.o_occupied.eq(arrivals.o_occupied)]
         # Each queued read command carries its arrival time (SM cycles, 16 bits).
-        m.submodules.read_queue = read_queue = fifo.SyncFIFO(
+        m.submodules.read_queue = read_queue = sync_fifo(
             width=layout.size + 16, depth=cfg.responder_queue)
         now = Signal(16)
         m.d.sync += now.eq(now + 1)

@@ -21,9 +21,10 @@ kind replaces one not yet sent.
 """
 
 from amaranth import Array, Cat, Module, Mux, Signal
-from amaranth.lib import fifo, wiring
+from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from ..common.queue import sync_fifo
 from ..common.credit import CreditLink, LinkDelay, StreamToLink, VcInputBuffer
 from .tlp import DATA_CREDIT_BYTES, FcClass, TlpType, tlp_layout, wire_layout
 
@@ -243,7 +244,7 @@ class LinkPort(wiring.Component):
         beat_in = self.i_wire.beat
         rx = []
         for c in range(N_FC):
-            q = fifo.SyncFIFO(width=layout.size, depth=depth)
+            q = sync_fifo(width=layout.size, depth=depth)
             m.submodules[f"rxq{c}"] = q
             write = self.i_wire.beat_valid & (beat_in.vc == c)
             m.d.comb += [q.w_data.eq(beat_in), q.w_en.eq(write)]
