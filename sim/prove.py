@@ -49,8 +49,8 @@ from hdl.hopper.fabric import GxPlane
 from hdl.hopper.shaper import InjectionShaper
 
 __all__ = ["Harness", "RoundRobinHarness", "CreditCounterHarness", "ShaperHarness",
-           "AckHarness", "FifoEquivalenceHarness", "SwitchHarness", "GxPlaneHarness", "MeshRouterHarness",
-           "Proof", "ProofResult", "PROOFS", "check", "prove", "main"]
+           "AckHarness", "FifoEquivalenceHarness", "SwitchHarness", "GxPlaneHarness",
+           "MeshRouterHarness", "Proof", "ProofResult", "PROOFS", "check", "prove", "main"]
 
 HOPPER = "seed 000 (000_8cf2435219a2167b.txt)"
 ETSOC = "seed 002 (002_ef78cf597185d0e6.txt)"

