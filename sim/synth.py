@@ -267,11 +267,13 @@ _PCIE_SEED = "seed 001"
 #: Every block, in the order of the report's table.  Yosys 0.70 maps the
 #: crossbars with virtual output queues (GPCARB ingress, GX plane), the mesh
 #: router and the ACK coalescer to far more logic when it flattens them than
-#: when it keeps their hierarchy (GPCARB ingress at 32 B flits: 35,276 against
-#: 12,944 LUT4; mesh router 11,449 against 7,206; ACK coalescer 2,124 against
-#: 1,290), and nextpnr then needs over 15 minutes to place the ingress; the
-#: other blocks come out as small or smaller flattened (TPC arbiter 460
-#: against 1,785), so only these four keep their hierarchy (``flatten=False``).
+#: when it keeps their hierarchy (at 32 B flits, LUT4 cells flattened against
+#: hierarchical: GPCARB ingress 35,276 against 12,944, mesh router 11,449
+#: against 7,206, ACK coalescer 2,124 against 1,290; the GX plane 39,688
+#: against 28,338 LUTs with its distributed RAM), and nextpnr did not finish
+#: the flattened ingress in 15 minutes; the other blocks come out as small or
+#: smaller flattened (TPC arbiter 460 against 1,785 LUT4), so only these four
+#: keep their hierarchy (``flatten=False``).
 BLOCKS = {b.name: b for b in (
     Block("shaper", "dsm", _shaper,
           lambda c: f"{c.flit_bytes} B flits, {c.link_buffer_flits} credits/VC",

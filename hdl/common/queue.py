@@ -16,8 +16,9 @@ from amaranth.lib.memory import Memory
 __all__ = ["LUTRAM_MAX_DEPTH", "RegisteredReadFIFO", "sync_fifo"]
 
 #: The deepest queue :func:`sync_fifo` leaves in distributed RAM, in entries:
-#: one ECP5 TRELLIS_DPR16X4 (or iCE40 LUT RAM) is 16 deep, so a deeper queue
-#: needs a read multiplexer across several and is better in block RAM.
+#: one ECP5 TRELLIS_DPR16X4 is 16 deep, so a deeper queue needs a read
+#: multiplexer across several and is better in block RAM.  (The iCE40 has no
+#: distributed RAM; there a shallow queue becomes flip-flops.)
 LUTRAM_MAX_DEPTH = 16
 
 
@@ -35,9 +36,10 @@ class RegisteredReadFIFO(Elaboratable, fifo.FIFOInterface):
     cycle *t* is readable in cycle *t* + 1, ``level``, ``w_rdy`` and
     ``r_rdy`` follow the same rules, and ``r_data`` matches even while the
     queue is empty.  (After a reset in the middle of a run ``r_data`` may
-    differ for one cycle while ``r_rdy`` is 0.)  Yosys maps the memory to
-    block RAM (ECP5 DP16KD, iCE40 SB_RAM40_4K) and emulates the transparency
-    with a bypass multiplexer of ``width`` bits.
+    differ for one cycle while ``r_rdy`` is 0.)  Yosys can map the memory
+    to block RAM (ECP5 DP16KD or PDPW16KD, iCE40 SB_RAM40_4K), choosing by
+    size, and emulates the transparency with a bypass multiplexer of
+    ``width`` bits.
 
     ``sim.prove`` checks the equivalence with SyncFIFO (``fifo_registered_read``).
 
