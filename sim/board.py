@@ -104,13 +104,11 @@ def build_on_board(block_name, board, build_dir, items=()):
     import importlib
 
     from sim.cli import UsageError
-    from sim.synth import BLOCKS, block_config, yowasp_tool
+    from sim.synth import block_config, block_named, yowasp_tool
 
-    if block_name not in BLOCKS:
-        raise UsageError(f"BLOCK must be one of {', '.join(BLOCKS)}, not {block_name!r}")
+    block = block_named(block_name)
     if board not in BOARDS:
         raise UsageError(f"--board must be one of {', '.join(BOARDS)}, not {board!r}")
-    block = BLOCKS[block_name]
     if block.top:
         raise UsageError(f"BLOCK must be a block, not a fabric top ({block_name}); the tops "
                          "have more than one clock domain or need a register host")

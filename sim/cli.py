@@ -547,6 +547,7 @@ def main(argv=None):
                      help="points simulated at once (default: one per CPU)")
     swp.add_argument("--metric", metavar="TEXT",
                      help="the row plotted: the first whose quantity starts with TEXT")
+    from sim.synth import DEFAULT_TIMEOUT_S
     syn = sub.add_parser("synth", help="synthesise blocks for an FPGA: LUTs, flip-flops, "
                                        "block RAMs, Fmax")
     syn.add_argument("blocks", nargs="*", metavar="BLOCK",
@@ -559,8 +560,9 @@ def main(argv=None):
                      help="timing target in MHz (default: ecp5 100, ice40 50)")
     syn.add_argument("--jobs", "-j", type=_jobs, default=os.cpu_count() or 1, metavar="N",
                      help="blocks synthesised at once (default: one per CPU)")
-    syn.add_argument("--timeout", type=float, default=900.0, metavar="SECONDS",
-                     help="Yosys and nextpnr time allowed per block (default: 900)")
+    syn.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                     help=f"Yosys and nextpnr time allowed per block "
+                          f"(default: {DEFAULT_TIMEOUT_S:g})")
     args = parser.parse_args(argv)
     try:
         return {"list": _cmd_list, "run": _cmd_run, "report": _cmd_report,

@@ -69,8 +69,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 __all__ = ["BLOCKS", "DEVICES", "ROUTER2_MIN_LUTS", "SMALL_TOPS", "Block", "Device",
-           "block_config", "load_config_file", "main", "synthesise", "tool_versions",
-           "yowasp_tool"]
+           "block_config", "block_named", "load_config_file", "main", "synthesise",
+           "tool_versions", "yowasp_tool"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -344,9 +344,38 @@ SMALL_TOPS = {
 }
 
 
+def block_named(name):
+    """The :class:`Block` called ``name``.
+
+    Raises
+    ------
+    UsageError
+        If ``name`` is not a key of :data:`BLOCKS` (the message lists them).
+    """
+    from sim.cli import UsageError
+
+    if name not in BLOCKS:
+        raise UsageError(f"BLOCK must be one of {', '.join(BLOCKS)}, not {name!r}")
+    return BLOCKS[name]
+
+
+def _device_named(name):
+    from sim.cli import UsageError
+
+    if name not in DEVICES:
+        raise UsageError(f"--device must be one of {', '.join(DEVICES)}, not {name!r}")
+    return DEVICES[name]
+
+
 def _config_class(fabric):
     from sim.cli import _fabric
     return _fabric(fabric).config
+
+
+def _set_item(field, value):
+    """``FIELD=VALUE`` as ``--set`` takes it (a list or tuple comma-separated)."""
+    text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
+    return f"{field}={text}"
 
 
 def load_config_file(path):
@@ -373,8 +402,7 @@ def load_config_file(path):
         if fabric not in FABRICS or not isinstance(table, dict):
             raise UsageError(f"--config tables must be among {', '.join(FABRICS)}, "
                              f"not {fabric!r}")
-        out[fabric] = [f"{k}={','.join(map(str, v)) if isinstance(v, list) else v}"
-                       for k, v in table.items()]
+        out[fabric] = [_set_item(k, v) for k, v in table.items()]
     return out
 
 
@@ -390,8 +418,7 @@ def block_config(block, items=()):
     """
     from sim.cli import parse_overrides
 
-    small = [f"{k}={','.join(map(str, v)) if isinstance(v, tuple) else v}"
-             for k, v in SMALL_TOPS[block.fabric].items()] if block.top else []
+    small = [_set_item(k, v) for k, v in SMALL_TOPS[block.fabric].items()] if block.top else []
     given = {i.partition("=")[0] for i in items}
     small = [s for s in small if s.partition("=")[0] not in given]
     return parse_overrides(_config_class(block.fabric), small + list(items)).hardware()
@@ -468,20 +495,11 @@ def synthesise(block_name, device_name, items=(), build_root=Path("build"), freq
         On an unknown block or device or a bad configuration field.
     """
     from sim.build import generate_verilog
-    from sim.cli import UsageError
 
-    if block_name not in BLOCKS:
-        raise UsageError(f"BLOCK must be one of {', '.join(BLOCKS)}, not {block_name!r}")
-    if device_name not in DEVICES:
-        raise UsageError(f"--device must be one of {', '.join(DEVICES)}, not {device_name!r}")
-    block, device = BLOCKS[block_name], DEVICES[device_name]
+    block, device = block_named(block_name), _device_named(device_name)
     cfg = block_config(block, items)
     target = float(freq or device.target_mhz)
-    row = {"block": block.name, "fabric": block.fabric, "config": block.describe(cfg),
-           "device": device.part, "luts": None, "ffs": None, "brams": None,
-           "fmax_mhz": None, "fmax_by_clock": {}, "target_mhz": target,
-           "status": "ok", "message": "", "tool_versions": tool_versions(device.nextpnr),
-           "seconds": 0.0}
+    row = _row(block, device, block.describe(cfg), target)
     t0 = time.monotonic()
     name = f"synth_{block.name}"
     verilog = generate_verilog(block.build, cfg, name, build_root=Path(build_root))
@@ -513,6 +531,7 @@ def synthesise(block_name, device_name, items=(), build_root=Path("build"), freq
         return _failed(row, t0, "tool error", "yosys", done)
     stat = json.loads(stat_path.read_text())
     needs = _needs(stat, device)
+    estimate = {k: needs[k] for k in ("luts", "ffs", "brams")}   # Yosys's, before nextpnr
     over = [f"{needs[k]:,} {_UNITS[k]} (the part has {device.capacity[k]:,})"
             for k in device.capacity if needs[k] > device.capacity[k]]
     port_bits = stat["modules"].get(f"\\{name}", {}).get("num_port_bits", 0)
@@ -520,7 +539,7 @@ def synthesise(block_name, device_name, items=(), build_root=Path("build"), freq
         over.append(f"{port_bits} port bits (the part has {device.ports} I/O pins)")
     if over:
         # Not placed: nextpnr would only fail, after minutes, on the same count.
-        row.update({k: needs[k] for k in ("luts", "ffs", "brams")}, status="does not fit",
+        row.update(estimate, status="does not fit",
                    seconds=round(time.monotonic() - t0, 1),
                    message="Yosys maps it to " + ", ".join(over))
         return row
@@ -532,10 +551,10 @@ def synthesise(block_name, device_name, items=(), build_root=Path("build"), freq
                  "-l", str(rel / "nextpnr.log")],
                 root, t0 + timeout - time.monotonic())
     if done is None:
-        row.update({k: needs[k] for k in ("luts", "ffs", "brams")})
+        row.update(estimate)
         return _timed_out(row, t0, "nextpnr")
     if done.returncode != 0 or not report_path.is_file():
-        row.update({k: needs[k] for k in ("luts", "ffs", "brams")})
+        row.update(estimate)
         text = done.stderr + done.stdout
         fit = re.search(r"(?i)(unable to place|failed to expand region|too many|not enough|"
                         r"exceed|utili[sz]ation limit)", text)
@@ -553,6 +572,15 @@ def synthesise(block_name, device_name, items=(), build_root=Path("build"), freq
         row.update(status="fails timing",
                    message=f"{row['fmax_mhz']:.1f} MHz is below the {target:g} MHz target")
     return row
+
+
+def _row(block, device, config, target):
+    """A row of ``results/synth.json`` before any tool has run."""
+    return {"block": block.name, "fabric": block.fabric, "config": config,
+            "device": device.part, "luts": None, "ffs": None, "brams": None,
+            "fmax_mhz": None, "fmax_by_clock": {}, "target_mhz": target,
+            "status": "ok", "message": "", "tool_versions": tool_versions(device.nextpnr),
+            "seconds": 0.0}
 
 
 #: How the fit check names each resource.
@@ -613,11 +641,9 @@ def synthesise_or_error(block_name, device_name, items=(), build_root="build", f
         from sim.cli import UsageError
         if isinstance(error, UsageError):
             raise
-        return {"block": block_name, "device": DEVICES[device_name].part, "config": "",
-                "fabric": BLOCKS[block_name].fabric, "luts": None, "ffs": None,
-                "brams": None, "fmax_mhz": None, "fmax_by_clock": {}, "target_mhz": freq,
-                "status": "tool error", "message": f"{type(error).__name__}: {error}"[:300],
-                "tool_versions": tool_versions(DEVICES[device_name].nextpnr), "seconds": 0.0}
+        row = _row(BLOCKS[block_name], DEVICES[device_name], "", freq)
+        row.update(status="tool error", message=f"{type(error).__name__}: {error}"[:300])
+        return row
 
 
 def plan(blocks=(), devices=(), config=None):
@@ -634,11 +660,9 @@ def plan(blocks=(), devices=(), config=None):
     from sim.cli import UsageError
 
     for name in blocks:
-        if name not in BLOCKS:
-            raise UsageError(f"BLOCK must be one of {', '.join(BLOCKS)}, not {name!r}")
+        block_named(name)
     for name in devices:
-        if name not in DEVICES:
-            raise UsageError(f"--device must be one of {', '.join(DEVICES)}, not {name!r}")
+        _device_named(name)
     config = config or {}
     out = []
     for name in blocks or BLOCKS:
