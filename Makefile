@@ -16,6 +16,10 @@ export FABRICSIM_SIM := $(SIM)
 # Where builds and results go (make report BUILD=/tmp/b RESULTS=/tmp/r).
 BUILD ?= build
 RESULTS ?= results
+# The build folder keeps each simulation's result and each passed proof
+# under a key of their inputs; make report FRESH=1 simulates and proves all
+# again.
+FRESH_FLAG := $(if $(FRESH),--fresh)
 
 .PHONY: venv report test soak prove bench synth clean
 
@@ -32,9 +36,9 @@ $(STAMP): pyproject.toml $(PACKAGES)
 # section is current; a failure there still lets the report be written, then
 # fails the target.
 report: venv
-	@status=0; $(BIN)/python -m sim.prove --build $(BUILD) --results $(RESULTS) || status=$$?; \
-	  $(BIN)/python -m sim.random_traffic --build $(BUILD) --results $(RESULTS) || status=$$?; \
-	  $(BIN)/fabricsim --build $(BUILD) --results $(RESULTS) run all && \
+	@status=0; $(BIN)/python -m sim.prove --build $(BUILD) --results $(RESULTS) $(FRESH_FLAG) || status=$$?; \
+	  $(BIN)/python -m sim.random_traffic --build $(BUILD) --results $(RESULTS) $(FRESH_FLAG) || status=$$?; \
+	  $(BIN)/fabricsim --build $(BUILD) --results $(RESULTS) run all $(FRESH_FLAG) && \
 	  $(BIN)/fabricsim --build $(BUILD) --results $(RESULTS) report && exit $$status
 
 # One pytest worker per CPU; each test file stays on one worker, so a file's
@@ -53,7 +57,7 @@ soak: venv
 # Bounded formal proofs of the arbiter, credit counter, shaper, ACK
 # coalescer, a GX plane and a mesh router; writes results/proofs.json.
 prove: venv
-	$(BIN)/python -m sim.prove
+	$(BIN)/python -m sim.prove $(FRESH_FLAG)
 
 # Simulated cycles per second of each fabric's top under a bare C++ Verilator
 # harness, cocotb with Verilator (and Icarus when installed) and Amaranth's

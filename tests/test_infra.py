@@ -19,7 +19,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from sim.build import generate_verilog
-from sim.runner import run_cocotb
+from sim.runner import run_cocotb, run_cocotb_cached, simulation_key
 from sim.toolchain import available_simulators, check_simulator, verilator_env
 
 
@@ -137,6 +137,44 @@ def test_stale_result_is_not_reused(counter_verilog, tmp_path):
         run_cocotb(counter_verilog, "counter", "cocotb_smoke", plan=plan, test_dir=tmp_path)
 
 
+def test_cached_run_is_reused_only_for_the_same_inputs(counter_verilog, tmp_path):
+    cache = tmp_path / "simulations"
+    first, reused = run_cocotb_cached(counter_verilog, "counter", "cocotb_smoke", plan=PLAN,
+                                      test_dir=tmp_path / "a", cache_dir=cache)
+    assert (first, reused) == ({"count": LIMIT, "cycles": LIMIT}, False)
+    again, reused = run_cocotb_cached(counter_verilog, "counter", "cocotb_smoke", plan=PLAN,
+                                      test_dir=tmp_path / "b", cache_dir=cache)
+    assert (again, reused) == (first, True)
+    assert not (tmp_path / "b" / "results.xml").exists()     # nothing was simulated
+    # Another plan is another key; so is another simulator or testbench.
+    key = simulation_key(counter_verilog, "counter", "cocotb_smoke", sim="verilator", plan=PLAN)
+    assert key != simulation_key(counter_verilog, "counter", "cocotb_smoke", sim="verilator",
+                                 plan=dict(PLAN, watchdog_cycles=999))
+    if "icarus" in SIMS:
+        assert key != simulation_key(counter_verilog, "counter", "cocotb_smoke", sim="icarus",
+                                     plan=PLAN)
+    assert key != simulation_key(counter_verilog, "counter", "cocotb_smoke", sim="verilator",
+                                 plan=PLAN, internal_signals=True)
+    _, reused = run_cocotb_cached(counter_verilog, "counter", "cocotb_smoke", test_dir=tmp_path / "c",
+                                  plan=dict(PLAN, watchdog_cycles=999), cache_dir=cache)
+    assert not reused
+    # A damaged entry is simulated again and replaced.
+    (cache / f"{key}.json").write_text("{")
+    got, reused = run_cocotb_cached(counter_verilog, "counter", "cocotb_smoke", plan=PLAN,
+                                    test_dir=tmp_path / "d", cache_dir=cache)
+    assert (got, reused) == (first, False)
+    assert json.loads((cache / f"{key}.json").read_text())["result"] == first
+
+
+def test_failed_run_is_not_cached(counter_verilog, tmp_path):
+    plan = {"clock_ns": 10, "watchdog_cycles": LIMIT - 1}
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="done did not rise"):
+            run_cocotb_cached(counter_verilog, "counter", "cocotb_smoke", plan=plan,
+                              test_dir=tmp_path, cache_dir=tmp_path / "simulations")
+    assert not list((tmp_path / "simulations").glob("*.json"))
+
+
 def test_timeout_stops_a_hung_simulation(counter_verilog, tmp_path):
     # Held off, the counter never finishes; the watchdog is far beyond what
     # the simulator can reach in the time allowed.
@@ -162,3 +200,10 @@ def test_verilator_env_points_at_bundled_verilator():
     bin_dir = os.path.join(env["VERILATOR_ROOT"], "bin")
     assert env["PATH"].split(os.pathsep)[0] == bin_dir
     assert os.access(os.path.join(bin_dir, "verilator"), os.X_OK)
+
+
+def test_experiments_never_timed_start_first_then_the_longest():
+    from sim.cli import Job, longest_first
+    jobs = [Job("dsm", name, ()) for name in ("a", "b", "c", "d")]
+    order = longest_first(jobs, {"dsm.a": 5.0, "dsm.c": 50.0, "dsm.d": 20.0, "mesh.b": 99.0})
+    assert [job.name for job in order] == ["b", "c", "d", "a"]

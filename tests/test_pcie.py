@@ -423,6 +423,25 @@ def test_topology_shows_every_link(experiment_result):
     assert all(link["ab"] > 0.5 and link["ba"] > 0.5 for link in topo["links"][:CFG.gpus])
 
 
+def test_a_rerun_reuses_the_simulation_and_gives_the_same_result(tmp_path, capsys, monkeypatch):
+    """``fabricsim run`` with ``--fresh`` simulates and stores; run again on
+    the same build folder, it reuses that simulation and writes the same
+    JSON; a changed run-time field is simulated anew."""
+    monkeypatch.setenv("COLUMNS", "400")    # one log line per experiment
+    build = ["--build", str(BUILD)]
+    first, again, other = (tmp_path / n for n in ("r1", "r2", "r3"))
+    assert main([*build, "--results", str(first), "run", "pcie.peer_copy", "--fresh"]) == 0
+    assert "peer_copy: 18 runs" in (err := capsys.readouterr().err) and "reused" not in err
+    assert main([*build, "--results", str(again), "run", "pcie.peer_copy"]) == 0
+    assert "simulation results reused (1 of 1 parts)" in capsys.readouterr().err
+    name = Path("pcie") / "peer_copy.json"
+    assert (again / name).read_text() == (first / name).read_text()
+    assert main([*build, "--results", str(other), "run", "pcie.peer_copy",
+                 "--set", "switch_latency_cycles=120"]) == 0
+    assert "reused" not in capsys.readouterr().err
+    assert (other / name).read_text() != (first / name).read_text()
+
+
 def test_staged_copies_move_every_byte_through_host_memory(tmp_path):
     """Copies with peer access off, in three small chunks (64 KiB, so the first
     buffer is used twice): one pair in a socket, one across, and the 8-GPU ring

@@ -17,7 +17,7 @@ from hdl.common.credit import CreditCounter
 from hdl.common.queue import RegisteredReadFIFO
 from hdl.etsoc.mesh import Port
 from hdl.hopper.fabric import GxPlane
-from sim.prove import (PROOFS, AckHarness, CreditCounterHarness, FifoEquivalenceHarness,
+from sim.prove import (_REUSED, PROOFS, AckHarness, CreditCounterHarness, FifoEquivalenceHarness,
                        GxPlaneHarness, MeshRouterHarness, RoundRobinHarness, ShaperHarness, check,
                        main, prove)
 
@@ -146,7 +146,7 @@ def test_a_lone_sender_is_served_within_two_cycles(patience, passes, tmp_path):
 
 
 def test_main_writes_results_and_rejects_unknown_names(tmp_path, capsys):
-    assert main(["credit_counter", "--results", str(tmp_path)]) == 0
+    assert main(["credit_counter", "--results", str(tmp_path), "--build", str(tmp_path)]) == 0
     rows = json.loads((tmp_path / "proofs.json").read_text())["rows"]
     assert [r["proof"] for r in rows] == ["credit_counter"]
     assert rows[0]["passed"] is True and rows[0]["depth"] == PROOFS["credit_counter"].depth
@@ -155,6 +155,23 @@ def test_main_writes_results_and_rejects_unknown_names(tmp_path, capsys):
     assert main(["no_such_block"]) == 2
     err = capsys.readouterr().err.strip()
     assert "no_such_block" in err and "credit_counter" in err and "\n" not in err
+
+
+def test_a_pass_is_reused_only_for_the_same_rtlil_and_depth(tmp_path):
+    first = check(RoundRobinHarness(3), 12, name="rr", workdir=tmp_path, cache=True)
+    assert first.passed and first.log_tail != _REUSED
+    again = check(RoundRobinHarness(3), 12, name="rr", workdir=tmp_path, cache=True)
+    assert again.passed and again.log_tail == _REUSED and again.seconds == first.seconds
+    assert check(RoundRobinHarness(3), 12, name="rr", workdir=tmp_path).log_tail != _REUSED
+    assert check(RoundRobinHarness(3), 11, name="rr", workdir=tmp_path,
+                 cache=True).log_tail != _REUSED
+    # A planted fault in the same folder runs the solver; its failure
+    # removes the record and is never recorded itself.
+    fault = check(RoundRobinHarness(3, arbiter=FixedPriority), 12, name="rr",
+                  workdir=tmp_path, cache=True)
+    assert not fault.passed and not (tmp_path / "passed.json").exists()
+    assert not check(RoundRobinHarness(3, arbiter=FixedPriority), 12, name="rr",
+                     workdir=tmp_path, cache=True).passed
 
 
 def test_check_rejects_a_bad_depth():

@@ -41,7 +41,7 @@ def test_a_seed_draws_the_same_runs_every_time(fabric):
 
 def test_main_rejects_bad_arguments(tmp_path, capsys):
     for argv, field in ((["noc"], "fabric"), (["dsm", "--sim", "vcs"], "sim"),
-                        (["dsm", "--seeds", "0"], "seeds")):
+                        (["dsm", "--seeds", "0"], "seeds"), (["dsm", "--jobs", "0"], "jobs")):
         assert random_traffic.main([*argv, "--results", str(tmp_path)]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith(field) and "\n" not in err
