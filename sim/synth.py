@@ -228,10 +228,11 @@ def _mesh(cfg):
 
 
 def _pcie_link(cfg):
+    from hdl.pcie.gpu import RX_BEATS
     from hdl.pcie.link import PcieLink
     # The GPU-to-switch link as the machine builds it: the GPU's receive
     # buffer on side a, the switch port's input buffer on side b.
-    return PcieLink(cfg, a_credits=16, b_credits=cfg.switch_buffer_beats)
+    return PcieLink(cfg, a_credits=RX_BEATS, b_credits=cfg.switch_buffer_beats)
 
 
 def _pcie_switch(cfg):

@@ -36,7 +36,7 @@ from .completer import Completer
 from .link import N_FC
 from .tlp import HOST_NODE, STAGE_SHIFT, FcClass, TlpType, payload_beat, staged_beat, tlp_layout
 
-__all__ = ["GpuReg", "GpuMode", "GpuEndpoint"]
+__all__ = ["RX_BEATS", "GpuReg", "GpuMode", "GpuEndpoint"]
 
 
 class GpuReg(enum.IntEnum):
@@ -60,6 +60,12 @@ class GpuMode(enum.IntEnum):
                  #: host memory, double-buffered (device to host, then host to device)
 
 
+#: Beats per flow-control class of a GPU's input buffer by default, the
+#: credits its link's receiver advertises (a model choice; the seed gives no
+#: buffer sizes).
+RX_BEATS = 16
+
+
 class GpuEndpoint(wiring.Component):
     """One GPU: two copy engines (writes and reads), a completer and checked
     memory.  Clock: the 1 GHz model clock.
@@ -72,7 +78,8 @@ class GpuEndpoint(wiring.Component):
     tx_credits : int
         Beats per class the link's transmit queue holds (credits of ``o``).
     rx_beats : int
-        Beats per class of the input buffer (credits the link's receiver gets).
+        Beats per class of the input buffer (credits the link's receiver
+        gets); default :data:`RX_BEATS`.
     checks : bool
         Build the testbench-only memory check (every beat's source, address
         and data against what should land there).  Without it (``False``,
@@ -135,7 +142,7 @@ class GpuEndpoint(wiring.Component):
         ``i_src_landed``).
     """
 
-    def __init__(self, cfg, gpu, *, tx_credits, rx_beats=16, checks=True):
+    def __init__(self, cfg, gpu, *, tx_credits, rx_beats=RX_BEATS, checks=True):
         self.cfg = cfg
         self.checks = bool(checks)
         self.gpu = gpu
