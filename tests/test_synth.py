@@ -48,6 +48,29 @@ def test_a_block_past_its_time_is_reported_as_timed_out(tmp_path):
     assert row["fmax_mhz"] is None
 
 
+def test_memories_that_overflow_the_part_stop_yosys_before_a_tops_logic(tmp_path, monkeypatch):
+    """The minion engine's register file maps to 8 DP16KD; on a part with 4,
+    built as a top, the row says so, counts the block RAMs and maps no
+    logic."""
+    import dataclasses
+    small = dataclasses.replace(synth.DEVICES["ecp5"],
+                                capacity=dict(synth.DEVICES["ecp5"].capacity, brams=4))
+    monkeypatch.setitem(synth.DEVICES, "ecp5", small)
+    monkeypatch.setitem(synth.BLOCKS, "minion_engine",
+                        dataclasses.replace(synth.BLOCKS["minion_engine"], top=True))
+    row = synth.synthesise("minion_engine", "ecp5", build_root=tmp_path)
+    assert row["status"] == "does not fit" and row["brams"] == 8, row
+    assert "8 block RAMs (the part has 4)" in row["message"]
+    assert "logic was not mapped" in row["message"]
+    assert row["luts"] is None and row["ffs"] is None and row["fmax_mhz"] is None
+    assert not list(tmp_path.glob("synth/*/stat.json"))
+    # As a block it is mapped to the end, for its LUT count.
+    monkeypatch.undo()
+    monkeypatch.setitem(synth.DEVICES, "ecp5", small)
+    row = synth.synthesise("minion_engine", "ecp5", build_root=tmp_path)
+    assert row["status"] == "does not fit" and row["brams"] == 8 and row["luts"] > 0, row
+
+
 def test_a_block_with_more_port_bits_than_pins_does_not_fit_the_ice40(tmp_path):
     row = synth.synthesise("shaper", "ice40", build_root=tmp_path)
     assert row["status"] == "does not fit"
