@@ -780,9 +780,11 @@ def main(args):
             i = futures[future]
             row = rows[i] = future.result()
             fmax = f"{row['fmax_mhz']:.1f} MHz" if row["fmax_mhz"] else "no Fmax"
+            counts = ", ".join(f"{'—' if row[k] is None else format(row[k], ',')} {unit}"
+                               for k, unit in (("luts", "LUTs"), ("ffs", "FFs"),
+                                               ("brams", "BRAMs")))
             console.log(f"[{n}/{len(tasks)}] {row['block']} on {tasks[i][1]}: {row['status']}, "
-                        f"{row['luts']} LUTs, {row['ffs']} FFs, {row['brams']} BRAMs, {fmax} "
-                        f"({row['seconds']:.0f} s)"
+                        f"{counts}, {fmax} ({row['seconds']:.0f} s)"
                         + (f"\n    {row['message']}" if row["message"] else ""))
     out = results_dir / "synth.json"
     keep = []
