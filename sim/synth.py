@@ -31,9 +31,9 @@ is not placed: its row has status ``does not fit``, what it needs against
 what the part has, and no Fmax.  Yosys maps the memories first; a fabric
 top is stopped there when they alone overflow the part's block or
 distributed RAM, and its row has its block RAMs and no LUT or flip-flop
-count.  A tool that
-fails gives ``tool error`` with its message, one that runs past
-``--timeout`` (default 900 s a block) ``timed out``.  No block is dropped.  A fabric top keeps its hierarchy through
+count.  A tool that fails gives ``tool error`` with its message, one that
+runs past ``--timeout`` (default 900 s a block) ``timed out``.  No block is
+dropped.  A fabric top keeps its hierarchy through
 Yosys (``-noflatten``), so a module shared by many instances is mapped once;
 so do the four blocks that Yosys maps larger flattened (see :data:`BLOCKS`).
 nextpnr routes a design of more than :data:`ROUTER2_MIN_LUTS` LUTs (Yosys's
@@ -541,7 +541,7 @@ def synthesise(block_name, device_name, items=(), build_root=Path("build"), freq
 
     def memories_overflow():
         if checked or not block.top:
-            return None         # the memories fit: let Yosys finish
+            return None         # a block, or memories that fit: Yosys goes on
         try:
             needs = _needs(json.loads(ram_stat.read_text()), device)
         except (OSError, ValueError):
