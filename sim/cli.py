@@ -322,7 +322,7 @@ def execute_job(job, sim, build_root, run_root, waves=False, cache=False, fresh=
     ValueError
         If a result cannot be analysed.
     """
-    from sim.runner import run_cocotb, run_cocotb_cached
+    from sim.runner import run_cocotb_cached
 
     fab = _fabric(job.fabric)
     exp = fab.module.EXPERIMENTS[job.name]
@@ -332,14 +332,11 @@ def execute_job(job, sim, build_root, run_root, waves=False, cache=False, fresh=
     for part, cfg, runs in job.parts:
         verilog, _ = generate(job.fabric, cfg.hardware(), build_root)
         run_dir = f"{job.fabric}.{job.name}" + (f".{part}" if part else "")
-        where = dict(sim=sim, plan=fab.module.plan(cfg, runs), test_dir=Path(run_root) / run_dir)
-        if cache and not waves:
-            got[part], hit = run_cocotb_cached(verilog, fab.top_name, fab.testbench,
-                                               cache_dir=Path(build_root) / "simulations",
-                                               reuse=not fresh, **where)
-            reused += hit
-        else:
-            got[part] = run_cocotb(verilog, fab.top_name, fab.testbench, waves=waves, **where)
+        got[part], hit = run_cocotb_cached(
+            verilog, fab.top_name, fab.testbench, sim=sim, plan=fab.module.plan(cfg, runs),
+            test_dir=Path(run_root) / run_dir, waves=waves, reuse=not fresh,
+            cache_dir=Path(build_root) / "simulations" if cache else None)
+        reused += hit
     parts = job.parts
     if parts[0][0] is None:
         _, cfg, runs = parts[0]

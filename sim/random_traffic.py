@@ -322,20 +322,16 @@ def run_seeds(fabric, seeds, *, sim="verilator", small=None, build_root=Path("bu
     if not seeds:
         raise ValueError("seeds must name at least one seed")
     small = sim == "icarus" if small is None else small
-    from sim.runner import run_cocotb, run_cocotb_cached
+    from sim.runner import run_cocotb_cached
     dirty = set()
     trials = [trial(fabric, seed, small=small, dirty=dirty) for seed in seeds]
     first = trials[0]
     runs = [run for t in trials for run in t.runs]
     test_dir = Path(test_dir or Path(build_root) / "random" / f"{fabric}-{sim}")
-    where = dict(sim=sim, plan=first.plan(runs), test_dir=test_dir)
-    verilog = first.verilog(Path(build_root))
-    if cache:
-        got, _ = run_cocotb_cached(verilog, first.toplevel, first.testbench,
-                                   cache_dir=Path(build_root) / "simulations",
-                                   reuse=not fresh, **where)
-    else:
-        got = run_cocotb(verilog, first.toplevel, first.testbench, **where)
+    got, _ = run_cocotb_cached(first.verilog(Path(build_root)), first.toplevel, first.testbench,
+                               sim=sim, plan=first.plan(runs), test_dir=test_dir,
+                               reuse=not fresh,
+                               cache_dir=Path(build_root) / "simulations" if cache else None)
     results = iter(got["runs"])
     failures = []
     for t in trials:

@@ -607,11 +607,15 @@ def simulation_key(verilog: Path, toplevel: str, test_module: str, *, sim: str, 
     return _sha256(json.dumps(parts, sort_keys=True).encode())
 
 
-def run_cocotb_cached(verilog: Path, toplevel: str, test_module: str, *, cache_dir: Path,
-                      sim: str = "verilator", plan: dict, test_dir: Path,
-                      timeout_s: float | None = None, internal_signals: bool = False,
-                      reuse: bool = True) -> tuple[dict, bool]:
-    """:func:`run_cocotb` (without waveforms) through a cache of results.
+def run_cocotb_cached(verilog: Path, toplevel: str, test_module: str, *,
+                      cache_dir: Path | None, sim: str = "verilator", plan: dict,
+                      test_dir: Path, timeout_s: float | None = None,
+                      internal_signals: bool = False, reuse: bool = True,
+                      waves: bool = False) -> tuple[dict, bool]:
+    """:func:`run_cocotb` through a cache of results in ``cache_dir``.
+
+    With no ``cache_dir``, or with ``waves`` (a waveform is made only by
+    simulating), this is :func:`run_cocotb`, and ``reused`` is False.
 
     Returns ``(result, reused)``: the result of an earlier run with the same
     :func:`simulation_key`, read from ``<cache_dir>/<key>.json`` (``reused``
@@ -628,6 +632,10 @@ def run_cocotb_cached(verilog: Path, toplevel: str, test_module: str, *, cache_d
     Whatever :func:`run_cocotb` and :func:`simulation_key` raise.
     """
     check_simulator(sim)
+    if cache_dir is None or waves:
+        return run_cocotb(verilog, toplevel, test_module, sim=sim, waves=waves, plan=plan,
+                          test_dir=test_dir, timeout_s=timeout_s,
+                          internal_signals=internal_signals), False
     key = simulation_key(verilog, toplevel, test_module, sim=sim, plan=plan,
                          internal_signals=internal_signals)
     entry = Path(cache_dir) / f"{key}.json"

@@ -547,8 +547,7 @@ def synthesise(block_name, device_name, items=(), build_root=Path("build"), freq
         except (OSError, ValueError):
             return None         # not written yet, or still being written
         checked.append(True)
-        over = [f"{needs[k]:,} {_UNITS[k]} (the part has {device.capacity[k]:,})"
-                for k in ("brams", "lutrams") if needs.get(k, 0) > device.capacity.get(k, 0)]
+        over = _overflows(needs, device, ("brams", "lutrams"))
         return (needs, over) if over else None
 
     done, stopped = _run_until(
@@ -568,8 +567,7 @@ def synthesise(block_name, device_name, items=(), build_root=Path("build"), freq
     stat = json.loads(stat_path.read_text())
     needs = _needs(stat, device)
     estimate = {k: needs[k] for k in ("luts", "ffs", "brams")}   # Yosys's, before nextpnr
-    over = [f"{needs[k]:,} {_UNITS[k]} (the part has {device.capacity[k]:,})"
-            for k in device.capacity if needs[k] > device.capacity[k]]
+    over = _overflows(needs, device, device.capacity)
     port_bits = stat["modules"].get(f"\\{name}", {}).get("num_port_bits", 0)
     if device.ports is not None and port_bits > device.ports:
         over.append(f"{port_bits} port bits (the part has {device.ports} I/O pins)")
@@ -624,6 +622,13 @@ _UNITS = {"luts": "LUTs", "ffs": "flip-flops", "brams": "block RAMs",
           "lutrams": "distributed-RAM blocks (16x4)"}
 
 
+def _overflows(needs, device, resources):
+    """One text per resource of ``resources`` that ``needs`` (:func:`_needs`)
+    holds more of than ``device`` has: "N <unit> (the part has M)"."""
+    return [f"{needs[k]:,} {_UNITS[k]} (the part has {device.capacity[k]:,})"
+            for k in resources if needs.get(k, 0) > device.capacity.get(k, 0)]
+
+
 def _needs(stat, device):
     """``{"luts", "ffs", "brams"}`` the mapped design needs, from Yosys's cell
     counts weighted by :attr:`Device.estimate`."""
@@ -635,17 +640,11 @@ def _needs(stat, device):
 
 def _run(cmd, cwd, seconds):
     """``cmd`` run in ``cwd``; ``None`` when it does not end within ``seconds``."""
-    if seconds <= 0:
-        return None
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=cwd,
-                              timeout=seconds)
-    except subprocess.TimeoutExpired:
-        return None
+    return _run_until(cmd, cwd, seconds)[0]
 
 
-def _run_until(cmd, cwd, seconds, stop, poll=0.5):
-    """``cmd`` run in ``cwd`` like :func:`_run`, asking ``stop()`` every
+def _run_until(cmd, cwd, seconds, stop=lambda: None, poll=0.5):
+    """``cmd`` run in ``cwd`` for at most ``seconds``, asking ``stop()`` every
     ``poll`` seconds while it runs: ``(CompletedProcess or None on time-out,
     None)``, or ``(None, reason)`` as soon as ``stop()`` returns a true
     ``reason`` (the process is then killed)."""
