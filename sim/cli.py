@@ -397,12 +397,12 @@ def _read_durations(path):
         return {}
 
 
-def longest_first(jobs, durations):
+def longest_first(jobs, durations, key=lambda job: f"{job.fabric}.{job.name}"):
     """``jobs`` in the order to start them: those never timed first (in their
-    order), then the others by ``durations`` (``{"fabric.name": seconds}``, the
-    last simulation's wall time), longest first, so the longest experiment
-    does not start last and leave the other workers idle at the end."""
-    key = lambda job: f"{job.fabric}.{job.name}"   # noqa: E731
+    order), then the others by ``durations`` (``{key(job): seconds}``, by
+    default keyed ``"fabric.name"``: the last run's wall time), longest
+    first, so the longest job does not start last and leave the other
+    workers idle at the end."""
     timed = sorted((j for j in jobs if key(j) in durations), key=lambda j: -durations[key(j)])
     return [j for j in jobs if key(j) not in durations] + timed
 

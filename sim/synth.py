@@ -72,7 +72,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 __all__ = ["BLOCKS", "DEVICES", "ROUTER2_MIN_LUTS", "SMALL_TOPS", "Block", "Device",
-           "block_config", "block_named", "load_config_file", "main", "synthesise",
+           "block_config", "block_named", "load_config_file", "main", "start_order", "synthesise",
            "tool_versions", "yowasp_tool"]
 
 
@@ -703,6 +703,29 @@ def synthesise_or_error(block_name, device_name, items=(), build_root="build", f
         return row
 
 
+def _unit(task):
+    return f"{task[0]}/{task[1]}"
+
+
+def start_order(tasks, durations):
+    """Indices of ``tasks`` (from :func:`plan`) in the order to start them on
+    the pool, so that no long unit is left for the end: first the units
+    never timed, the likely long ones first (the tops, the shire's network,
+    the blocks kept hierarchical), then the rest from the largest (the PCIe
+    blocks, registered last) down; then the units in ``durations``
+    (``{"block/device": seconds}``, the last run's), longest first."""
+    from sim.cli import longest_first
+
+    order = list(BLOCKS)
+
+    def likely_long_first(i):
+        block = BLOCKS[tasks[i][0]]
+        return (not (block.top or block.cut or not block.flatten), -order.index(block.name))
+
+    return longest_first(sorted(range(len(tasks)), key=likely_long_first), durations,
+                         lambda i: _unit(tasks[i]))
+
+
 def plan(blocks=(), devices=(), config=None):
     """``[(block name, device name, items)]`` to run: every requested block (all
     by default) on every requested device it is marked for (all its devices
@@ -747,7 +770,8 @@ def main(args):
     from rich.console import Console
     from rich.table import Table
 
-    from sim.cli import UsageError, _writable_folder, pool, write_json_atomically
+    from sim.cli import (DURATIONS_NAME, UsageError, _read_durations, _writable_folder, pool,
+                         write_json_atomically)
 
     console = Console(stderr=True)
     config = load_config_file(args.config) if args.config else {}
@@ -760,16 +784,9 @@ def main(args):
     _writable_folder(results_dir, "--results")
     _writable_folder(build, "--build")
     rows = [None] * len(tasks)
-    # The long ones start first (the tops, the shire's network, the blocks
-    # kept hierarchical), then the rest from the largest (the PCIe blocks,
-    # registered last) down, so that no long block is left for the end.
-    order = list(BLOCKS)
-
-    def _longest_first(i):
-        block = BLOCKS[tasks[i][0]]
-        return (not (block.top or block.cut or not block.flatten), -order.index(block.name))
-
-    first = sorted(range(len(tasks)), key=_longest_first)
+    durations_path = build / "synth" / DURATIONS_NAME
+    durations = _read_durations(durations_path)
+    first = start_order(tasks, durations)
     with pool(args.jobs) as workers:
         futures = {workers.submit(synthesise_or_error, *tasks[i], str(build), args.freq,
                                   args.timeout): i
@@ -778,6 +795,8 @@ def main(args):
         for n, future in enumerate(concurrent.futures.as_completed(futures), 1):
             i = futures[future]
             row = rows[i] = future.result()
+            durations[_unit(tasks[i])] = row["seconds"]
+            write_json_atomically(durations_path, durations)
             fmax = f"{row['fmax_mhz']:.1f} MHz" if row["fmax_mhz"] else "no Fmax"
             counts = ", ".join(f"{'—' if row[k] is None else format(row[k], ',')} {unit}"
                                for k, unit in (("luts", "LUTs"), ("ffs", "FFs"),

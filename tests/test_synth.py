@@ -129,6 +129,26 @@ def test_bad_synthesis_input_is_refused(tmp_path, capsys):
         synth.synthesise("nothing", "ecp5", build_root=tmp_path)
 
 
+def test_units_start_longest_first_by_their_last_time(tmp_path):
+    """Never-timed units first, the likely long ones (tops, the blocks kept
+    hierarchical) before the small ones; then the timed ones, longest first.
+    ``fabricsim synth`` records each unit's time in the build folder."""
+    tasks = synth.plan(["shaper", "gx_plane", "dsm_top", "round_robin"])
+    names = lambda order: [f"{tasks[i][0]}/{tasks[i][1]}" for i in order]   # noqa: E731
+    assert names(synth.start_order(tasks, {})) == [
+        "dsm_top/ecp5", "gx_plane/ecp5", "round_robin/ecp5", "round_robin/ice40",
+        "shaper/ecp5", "shaper/ice40"]
+    timed = {"gx_plane/ecp5": 900.0, "round_robin/ice40": 2.0, "shaper/ecp5": 5.0,
+             "dsm_top/ecp5": 34.0}
+    assert names(synth.start_order(tasks, timed)) == [
+        "round_robin/ecp5", "shaper/ice40",
+        "gx_plane/ecp5", "dsm_top/ecp5", "shaper/ecp5", "round_robin/ice40"]
+    assert main(["--build", str(tmp_path / "b"), "--results", str(tmp_path / "r"), "synth",
+                 "round_robin", "--device", "ice40", "--jobs", "1"]) == 0
+    seconds = json.loads((tmp_path / "b" / "synth" / "seconds.json").read_text())
+    assert list(seconds) == ["round_robin/ice40"] and seconds["round_robin/ice40"] > 0
+
+
 def test_a_synthesis_sweep_writes_one_row_per_point_and_quantity(tmp_path):
     assert main(["--build", str(tmp_path / "b"), "--results", str(tmp_path / "r"), "sweep",
                  "synth.round_robin", "--grid", "cpcs=3", "--jobs", "1"]) == 0
