@@ -36,15 +36,22 @@ runs past ``--timeout`` (default 900 s a block) ``timed out``.  No block is
 dropped.  A fabric top keeps its hierarchy through
 Yosys (``-noflatten``), so a module shared by many instances is mapped once;
 so do the four blocks that Yosys maps larger flattened (see :data:`BLOCKS`).
-nextpnr routes a design of more than :data:`ROUTER2_MIN_LUTS` LUTs (Yosys's
-count) with ``router2`` and a smaller one with its default, ``router1``: on
-the GPCARB ingress ``router2`` finished in about 3 minutes where ``router1``
-was still routing after 10, but on small blocks it reaches a lower Fmax (TPC
+nextpnr places and routes a design of more than :data:`LARGE_DESIGN_LUTS`
+LUTs (Yosys's count) with :data:`LARGE_DESIGN_OPTIONS`, trading some Fmax
+for time, and a smaller one with its defaults (timing-driven placement,
+``router1``); a row's ``nextpnr_options`` lists the options it got.  On the
+GPCARB ingress ``router2`` finished in about 3 minutes where ``router1`` was
+still routing after 10, but on small blocks it reaches a lower Fmax (TPC
 arbiter 100.9 MHz against 140.6, round robin 164.5 against 192.3).
+Placement that is not timing-driven took 8.7 minutes of nextpnr on the GX
+plane in place of 16.3 (its annealing refinement 167 s against 496), for
+an Fmax of 41.5 MHz against 46.2, and brought the GPCARB ingress from 628 s
+to 392 s (Yosys included) at 46.0 MHz against 51.0.
 
 Rows go to ``results/synth.json``: ``{"rows": [{"block", "config", "device",
 "luts", "ffs", "brams", "fmax_mhz", "tool_versions", "fabric", "target_mhz",
-"fmax_by_clock", "status", "message", "seconds"}]}``, ``luts``/``ffs``/
+"fmax_by_clock", "status", "message", "nextpnr_options", "seconds"}]}``,
+``luts``/``ffs``/
 ``brams``/``fmax_mhz`` ``null`` when the flow did not get that far.
 
 The endpoints are built without their testbench-only logic (``checks=False``:
@@ -71,9 +78,9 @@ import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["BLOCKS", "DEVICES", "ROUTER2_MIN_LUTS", "SMALL_TOPS", "Block", "Device",
-           "block_config", "block_named", "load_config_file", "main", "start_order", "synthesise",
-           "tool_versions", "yowasp_tool"]
+__all__ = ["BLOCKS", "DEVICES", "LARGE_DESIGN_LUTS", "LARGE_DESIGN_OPTIONS", "SMALL_TOPS",
+           "Block", "Device", "block_config", "block_named", "load_config_file", "main",
+           "start_order", "synthesise", "tool_versions", "yowasp_tool"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,9 +264,15 @@ def _fields(cfg, names):
 
 
 #: Above this many LUTs (Yosys's count, before place and route) nextpnr
-#: routes with ``router2``, which finishes the large crossbars in minutes;
-#: below it with ``router1``, which reaches a higher Fmax on small blocks.
-ROUTER2_MIN_LUTS = 20_000
+#: gets :data:`LARGE_DESIGN_OPTIONS`; below it, its defaults, which reach a
+#: higher Fmax on small blocks.
+LARGE_DESIGN_LUTS = 20_000
+
+#: nextpnr options for a design above :data:`LARGE_DESIGN_LUTS`: ``router2``,
+#: which finishes the large crossbars in minutes, and placement that is not
+#: timing-driven, whose annealing refinement ends sooner, so that the GX plane
+#: is placed and routed within the default ``--timeout``.
+LARGE_DESIGN_OPTIONS = ("--router", "router2", "--no-tmdriv")
 
 #: Seconds Yosys and nextpnr may take on one block (``--timeout``).
 DEFAULT_TIMEOUT_S = 900.0
@@ -578,8 +591,9 @@ def synthesise(block_name, device_name, items=(), build_root=Path("build"), freq
                    message="Yosys maps it to " + ", ".join(over))
         return row
     report_path.unlink(missing_ok=True)
-    router = ("--router", "router2") if needs["luts"] > ROUTER2_MIN_LUTS else ()
-    done = _run([yowasp_tool(device.nextpnr), *device.nextpnr_args, *router,
+    options = LARGE_DESIGN_OPTIONS if needs["luts"] > LARGE_DESIGN_LUTS else ()
+    row["nextpnr_options"] = list(options)
+    done = _run([yowasp_tool(device.nextpnr), *device.nextpnr_args, *options,
                  "--json", str(rel / "netlist.json"), "--report", str(rel / "pnr.json"),
                  "--freq", f"{target:g}", "--seed", str(seed), "--timing-allow-fail", "-q",
                  "-l", str(rel / "nextpnr.log")],
@@ -614,7 +628,7 @@ def _row(block, device, config, target):
             "device": device.part, "luts": None, "ffs": None, "brams": None,
             "fmax_mhz": None, "fmax_by_clock": {}, "target_mhz": target,
             "status": "ok", "message": "", "tool_versions": tool_versions(device.nextpnr),
-            "seconds": 0.0}
+            "nextpnr_options": [], "seconds": 0.0}
 
 
 #: How the fit check names each resource.

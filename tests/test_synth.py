@@ -30,6 +30,7 @@ def test_the_shaper_synthesises_with_figures_from_the_tools(shaper_row):
     assert row["tool_versions"]["yosys"].startswith("Yosys 0.70")
     assert "nextpnr" in row["tool_versions"]["nextpnr"]
     assert row["device"].startswith("LFE5U-85F")
+    assert row["nextpnr_options"] == []     # a small block: nextpnr's defaults
 
 
 def test_the_figures_follow_the_design(tmp_path, shaper_row):
@@ -80,7 +81,8 @@ def test_a_block_with_more_port_bits_than_pins_does_not_fit_the_ice40(tmp_path):
 def test_the_report_shows_the_synthesis_table_and_sweep_plot(tmp_path, shaper_row):
     failed = dict(shaper_row, block="dsm_top", status="does not fit", luts=None, ffs=None,
                   brams=None, fmax_mhz=None, message="nextpnr exited 1: too many cells")
-    (tmp_path / "synth.json").write_text(json.dumps({"rows": [shaper_row, failed]}))
+    large = dict(shaper_row, block="gx_plane", nextpnr_options=list(synth.LARGE_DESIGN_OPTIONS))
+    (tmp_path / "synth.json").write_text(json.dumps({"rows": [shaper_row, failed, large]}))
     (tmp_path / "sweep").mkdir()
     rows = [{"point": {"flit_bytes": str(b)}, "quantity": q, "model": v * b, "unit": u,
              "met": None} for b in (16, 32, 64)
@@ -94,6 +96,8 @@ def test_the_report_shows_the_synthesis_table_and_sweep_plot(tmp_path, shaper_ro
     assert f"| shaper | {shaper_row['device']} |" in text
     assert f"{shaper_row['fmax_mhz']:.1f}" in text
     assert "| dsm_top |" in text and "**does not fit**: nextpnr exited 1: too many cells" in text
+    listed = [line for line in lines if "nextpnr `--router router2 --no-tmdriv`" in line]
+    assert len(listed) == 1 and listed[0].endswith(": gx_plane.")    # not the shaper
     assert [p.name for p in plots] == ["synth_sweep_gx_plane.png"]
     assert next(iter(plots.values())).startswith(b"\x89PNG")
     (tmp_path / "synth.json").write_text(json.dumps({"rows": [{"block": "x"}]}))
