@@ -1055,7 +1055,7 @@ def _synth_section(results_dir: Path) -> tuple[list[str], dict[Path, bytes]]:
             for r in rows:
                 if r.get("nextpnr_options"):
                     options.setdefault(" ".join(map(str, r["nextpnr_options"])), []).append(
-                        f"{r['block']}")
+                        str(r["block"]))
         except (ValueError, KeyError, TypeError) as error:
             raise ValueError(f"{path}: not a synthesis file ({type(error).__name__}: "
                              f"{error})") from None
@@ -1067,8 +1067,8 @@ def _synth_section(results_dir: Path) -> tuple[list[str], dict[Path, bytes]]:
                   "(ports are internal nets). Tools: " + "; ".join(versions) + ".", ""]
         lines += _md_table(["block", "device", "configuration", "LUTs", "FFs", "BRAMs",
                             "Fmax MHz", "target MHz", "status"], table) + [""]
-        lines += [f"Placed and routed with nextpnr `{text}` (large designs: faster, at "
-                  f"some cost in Fmax): {', '.join(blocks)}." for text, blocks in options.items()]
+        lines += [f"nextpnr ran with `{text}` (for large designs: faster, at some cost in "
+                  f"Fmax) on {', '.join(blocks)}." for text, blocks in options.items()]
         lines += [""] if options else []
     for sweep_path in sorted((results_dir / SWEEP_DIR).glob("synth.*.json")):
         try:
