@@ -103,6 +103,14 @@ class PcieConfig(ConfigBase):
                                                "(calibrated with socket_bytes_per_cycle: a "
                                                "128 B write then takes 7 cycles, a 64 B write 5)")
     socket_latency_cycles: int = _run(50, "socket link latency, ns (not in the seed)")
+    socket_read_bytes: int = _run(13312, f"{SEED}: bytes of peer-to-peer read each root "
+                                         "complex may have outstanding across the socket "
+                                         "link, reads sent and received together (its read "
+                                         "trackers: 104 reads of 128 B). Not in the seed: "
+                                         "sized on the one row it binds, '3.2.4 ... Cross "
+                                         "socket, 8-GPU ring 22, 21, 22, 11' (pull), where "
+                                         "each root complex carries one pull each way "
+                                         "(12 KiB gives 10.0 GB/s, 13.5 KiB 11.3)")
     # --- host memory and copies staged through it (seed 001, "3.2.2 Optimization 1:
     #     double-buffered streaming through the CPU") ------------------------------
     root_host_bytes_per_cycle: int = _run(41, f"{SEED}: bytes per ns a root port moves "
@@ -183,6 +191,7 @@ class PcieConfig(ConfigBase):
         integer("socket_bytes_per_cycle", 1, 255)
         integer("socket_tlp_overhead_bytes", 0, 255)
         integer("socket_latency_cycles", 0, 255)
+        integer("socket_read_bytes", 32, 65535)
         loop = self.switch_latency_cycles + self.socket_latency_cycles + 16
         need("switch_buffer_beats", self.switch_buffer_beats >= loop,
              f"at least switch_latency_cycles + socket_latency_cycles + 16 ({loop}), to "
@@ -199,6 +208,9 @@ class PcieConfig(ConfigBase):
         one_of("kernel_read_bytes", (32, 64, 128, 256, 512, 1024, 2048, 4096))
         need("kernel_read_bytes", self.kernel_read_bytes >= self.datapath_bytes,
              f"at least datapath_bytes ({self.datapath_bytes})")
+        need("socket_read_bytes", self.socket_read_bytes >= self.kernel_read_bytes,
+             f"at least kernel_read_bytes ({self.kernel_read_bytes}): a read larger than "
+             "the trackers never starts")
         integer("read_tags", 1, 256)
         integer("root_host_bytes_per_cycle", 1, 255)
         for name in ("staging_chunk_bytes", "pageable_chunk_bytes"):

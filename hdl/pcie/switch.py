@@ -11,20 +11,25 @@ to that GPU's switch and everything else over the socket link.
 """
 
 from amaranth import Module, Mux, Signal
-from amaranth.lib import wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..common.credit import CreditLink, LinkDelay, StreamToLink, VcInputBuffer
 from ..common.switch import CreditSwitch
 from .link import N_FC
-from .tlp import HOST_NODE, TlpType, tlp_layout
+from .tlp import HOST_NODE, FcClass, TlpType, tlp_layout
 
-__all__ = ["Crossbar", "SocketLink", "RootPort"]
+__all__ = ["Crossbar", "SocketLink", "SocketReadTracker", "RootPort"]
 
 
 def _is_host(beat):
     """The TLP of ``beat`` goes to or comes from a host memory."""
     return (beat.dst >= HOST_NODE) | (beat.src >= HOST_NODE)
+
+
+def _peer_head(beat, kind):
+    """``beat`` is the header beat of a peer-to-peer TLP of ``kind``."""
+    return beat.head & (beat.kind == kind) & ~_is_host(beat)
 
 
 def _whole_tlps(m, inq, send, allow):
@@ -165,8 +170,25 @@ class SocketLink(wiring.Component):
     i_bytes_per_cycle, i_tlp_overhead_bytes, i_latency : In(8)
         Run-time timing (``socket_bytes_per_cycle``, ``socket_tlp_overhead_bytes``,
         ``socket_latency_cycles``).
+    i_read_room : In(17)
+        Bytes of peer-to-peer read a request may ask for now (the
+        :class:`SocketReadTracker`'s room): a peer-to-peer read request asking
+        for more waits at the head of its queue.
+    o_read_want : Out(13)
+        Bytes asked for by the peer-to-peer read request at the head of the
+        non-posted queue, 0 if none.
+    o_read_sent : Out(13)
+        Bytes asked for by the peer-to-peer read request that entered the link
+        this cycle, 0 if none.
+    o_cpl_sent, o_cpl_arrived : Out(13)
+        Payload bytes of the peer-to-peer completion whose header entered the
+        link, and whose header left it at the far root complex, this cycle (0 if
+        none).
     o_busy : Out(32)
         Cycles the link had link time owed (was occupied), for its utilisation.
+    o_read_wait : Out(32)
+        Cycles a peer-to-peer read request waited at the head of its queue for
+        room in the read trackers.
     o_overflow : Out(1)
         Sticky: a buffer overflowed.
     """
@@ -178,7 +200,10 @@ class SocketLink(wiring.Component):
         link = CreditLink(tlp_layout(cfg), N_FC)
         super().__init__({"i": In(link), "o": Out(link), "i_bytes_per_cycle": In(8),
                           "i_tlp_overhead_bytes": In(8), "i_latency": In(8),
-                          "o_busy": Out(32), "o_overflow": Out(1)})
+                          "i_read_room": In(17), "o_read_want": Out(13),
+                          "o_read_sent": Out(13),
+                          "o_cpl_sent": Out(13), "o_cpl_arrived": Out(13),
+                          "o_busy": Out(32), "o_read_wait": Out(32), "o_overflow": Out(1)})
 
     def elaborate(self, platform):
         m = Module()
@@ -191,7 +216,13 @@ class SocketLink(wiring.Component):
                                                 n_vc=N_FC)
         cost = Signal(16)
         free = _byte_budget(m, self.i_bytes_per_cycle, cost, self.o_busy)
-        moved = _whole_tlps(m, inq, send, lambda c, beat: free)
+        # a peer-to-peer read starts only with room for it in the read trackers
+        read = inq.o[FcClass.NP].payload
+        no_room = _peer_head(read, TlpType.MRD) & (read.length > self.i_read_room)
+        moved = _whole_tlps(m, inq, send,
+                            lambda c, beat: (free & ~no_room) if c == FcClass.NP else free)
+        with m.If(inq.o[FcClass.NP].valid & no_room):
+            m.d.sync += self.o_read_wait.eq(self.o_read_wait + 1)
         # a peer-to-peer TLP costs the forwarding overhead on top of its payload; a
         # host-memory TLP is the socket link's own memory traffic and costs a beat
         for c in range(N_FC):
@@ -200,12 +231,93 @@ class SocketLink(wiring.Component):
                 m.d.comb += cost.eq(Mux(beat.head, Mux(_is_host(beat), cfg.datapath_bytes,
                                                        self.i_tlp_overhead_bytes),
                                         cfg.datapath_bytes))
+        cpl = inq.o[FcClass.CPL].payload
+        m.d.comb += [
+            self.o_read_want.eq(Mux(inq.o[FcClass.NP].valid & _peer_head(read, TlpType.MRD),
+                                    read.length, 0)),
+            self.o_read_sent.eq(Mux(moved[FcClass.NP] & _peer_head(read, TlpType.MRD),
+                                    read.length, 0)),
+            self.o_cpl_sent.eq(Mux(moved[FcClass.CPL] & _peer_head(cpl, TlpType.CPLD),
+                                   cpl.length, 0)),
+            self.o_cpl_arrived.eq(Mux(self.o.valid & _peer_head(self.o.flit, TlpType.CPLD),
+                                      self.o.flit.length, 0)),
+        ]
         pipe = LinkDelay(flit_layout=layout, capacity=N_FC * self.out_credits, n_vc=N_FC)
         m.submodules.pipe = pipe
         m.d.comb += pipe.i_latency.eq(self.i_latency)
         wiring.connect(m, send.o, pipe.i)
         wiring.connect(m, pipe.o, wiring.flipped(self.o))
         m.d.comb += self.o_overflow.eq(pipe.o_overflow)
+        return m
+
+
+class SocketReadTracker(wiring.Component):
+    """The two root complexes' trackers of peer-to-peer reads across the socket
+    link.  Clock: 1 GHz.
+
+    Each socket's root complex holds ``i_bytes`` bytes of tracker room for
+    the peer-to-peer reads that cross the socket link, in either direction:
+    the reads its own GPUs send to the other socket and the reads the other
+    socket's GPUs send to its GPUs share one pool.  A read request enters the
+    socket link only when both root complexes have room for the bytes it asks
+    for; the completer's root complex frees them as the completions enter the
+    link back, the requester's as they arrive over it.  Host-memory reads do
+    not use the trackers.  The seed does not describe the trackers: they are
+    the socket link's outstanding-request limit, sized on the one row they
+    bind, the 8-GPU ring of pull kernels (seed 001, "3.2.4": "Cross socket,
+    8-GPU ring 22, 21, 22, 11, ..."), where each root complex carries one
+    pull each way.
+
+    Members
+    -------
+    i_bytes : In(16)
+        Tracker room per root complex, bytes (``socket_read_bytes``).
+    i_read_want, i_read_sent, i_cpl_sent, i_cpl_arrived : In(ArrayLayout(13, 2))
+        Element ``d``: the same-named outputs of the socket link from socket
+        ``d`` to socket ``1 - d``.
+    o_room : Out(ArrayLayout(17, 2))
+        Element ``d``: bytes a peer-to-peer read request entering that
+        direction may ask for this cycle.  The direction whose turn it is
+        claims first, and the turn passes to the other when it starts a read
+        (round robin); the other sees the room less what the read waiting in
+        the first direction asks for, if that read fits.
+    i_clear : In(1)
+        Start a new run: forget the peak.
+    o_peak : Out(17)
+        The most bytes either root complex held at once since ``i_clear``.
+    """
+
+    def __init__(self):
+        super().__init__({"i_bytes": In(16), "i_clear": In(1),
+                          "i_read_want": In(data.ArrayLayout(13, 2)),
+                          "i_read_sent": In(data.ArrayLayout(13, 2)),
+                          "i_cpl_sent": In(data.ArrayLayout(13, 2)),
+                          "i_cpl_arrived": In(data.ArrayLayout(13, 2)),
+                          "o_room": Out(data.ArrayLayout(17, 2)), "o_peak": Out(17)})
+
+    def elaborate(self, platform):
+        m = Module()
+        held = [Signal(17, name=f"held{k}") for k in range(2)]
+        most = Mux(held[0] > held[1], held[0], held[1])
+        room = Mux(self.i_bytes > most, self.i_bytes - most, 0)
+        turn = Signal()
+        with m.If(Mux(turn, self.i_read_sent[1], self.i_read_sent[0]) != 0):
+            m.d.sync += turn.eq(~turn)
+        for d in range(2):
+            # direction d claims first on its turn; otherwise it sees the room
+            # less what the other direction's waiting read takes if it fits
+            other = self.i_read_want[1 - d]
+            m.d.comb += self.o_room[d].eq(Mux((turn == d) | (other > room), room, room - other))
+        sent = self.i_read_sent[0] + self.i_read_sent[1]
+        for k in range(2):
+            # socket k's root complex: completions it sends back free what it
+            # served, completions arriving from the other socket what it asked for
+            m.d.sync += held[k].eq(held[k] + sent - self.i_cpl_sent[k]
+                                   - self.i_cpl_arrived[1 - k])
+        with m.If(self.i_clear):
+            m.d.sync += self.o_peak.eq(0)
+        with m.Elif(most > self.o_peak):
+            m.d.sync += self.o_peak.eq(most)
         return m
 
 

@@ -22,7 +22,7 @@ from .config import GT_PER_S, gpu_switch
 from .gpu import GpuEndpoint
 from .host import HostMemory
 from .link import LinkTiming, PcieLink
-from .switch import Crossbar, RootPort, SocketLink
+from .switch import Crossbar, RootPort, SocketLink, SocketReadTracker
 from .tlp import HOST_NODE
 
 __all__ = ["SysReg", "GLOBAL", "PcieSystem", "system_registers", "counter_names",
@@ -51,6 +51,7 @@ class SysReg(enum.IntEnum):
     EVENT_CYCLES = 13      #: host_event_cycles
     RETRAIN = 14           #: retrained_gpu + 1 (0: none) | lane bytes << 8 | blocks per
                            #: period << 16 | SKP cycles << 24, of the retrained link
+    SOCKET_READ_BYTES = 15  #: socket_read_bytes
 
 
 def system_registers(cfg):
@@ -67,7 +68,8 @@ def system_registers(cfg):
             SysReg.HOST_BYTES: cfg.root_host_bytes_per_cycle,
             SysReg.CHUNK_LOG2: cfg.staging_chunk_bytes.bit_length() - 1,
             SysReg.EVENT_CYCLES: cfg.host_event_cycles,
-            SysReg.RETRAIN: _retrain_word(cfg)}
+            SysReg.RETRAIN: _retrain_word(cfg),
+            SysReg.SOCKET_READ_BYTES: cfg.socket_read_bytes}
 
 
 def _retrain_word(cfg):
@@ -100,7 +102,9 @@ def counter_names(cfg):
     (``<link>.up`` / ``<link>.down``): ``tlps``, ``payload_bytes``,
     ``lane_bytes`` (the link's capacity), ``busy`` (beats sent),
     ``dllp_beats``.  Per socket-link direction (``socket<a><b>``): ``busy``
-    cycles.  Per host memory (``host<k>``): payload bytes written in
+    cycles and ``read_wait`` (cycles a peer-to-peer read waited for tracker
+    room); ``socket.read_peak``: the most peer-to-peer read bytes a root
+    complex's trackers held (see :class:`~hdl.pcie.switch.SocketReadTracker`).  Per host memory (``host<k>``): payload bytes written in
     (``rx_bytes``) and read out (``tx_bytes``), ``errors``.  Per root port
     (``sw<s>.host_busy``): cycles it owed host-memory time.  Per switch
     (``switch<s>``) and root complex (``root<k>``): the stall snapshot
@@ -114,7 +118,8 @@ def counter_names(cfg):
         for d in ("up", "down"):
             names += [f"{link}.{d}.{c}" for c in PcieLink.COUNTERS]
     if cfg.sockets == 2:
-        names += ["socket01.busy", "socket10.busy"]
+        names += ["socket01.busy", "socket10.busy", "socket01.read_wait",
+                  "socket10.read_wait", "socket.read_peak"]
     for k in range(cfg.sockets):
         names += [f"host{k}.{c}" for c in HOST_COUNTERS]
     names += [f"sw{s}.host_busy" for s in range(cfg.switches)]
@@ -170,7 +175,8 @@ class PcieSystem(wiring.Component):
         m = Module()
         cfg = self.cfg
         gps, sps = cfg.gpus_per_switch, cfg.switches_per_socket
-        wide = (SysReg.SKP_BLOCKS, SysReg.EVENT_CYCLES, SysReg.RETRAIN)
+        wide = (SysReg.SKP_BLOCKS, SysReg.EVENT_CYCLES, SysReg.RETRAIN,
+                SysReg.SOCKET_READ_BYTES)
         regs = {r: Signal(32 if r in wide else 8, name=f"reg_{r.name.lower()}")
                 for r in SysReg}
         with m.If(self.cfg_we & self.cfg_addr[8]):
@@ -283,12 +289,20 @@ class PcieSystem(wiring.Component):
             root_ports.append(rp)
         sockets = []
         if cfg.sockets == 2:
+            m.submodules.read_tracker = tracker = SocketReadTracker()
+            m.d.comb += [tracker.i_bytes.eq(regs[SysReg.SOCKET_READ_BYTES]),
+                         tracker.i_clear.eq(self.ctl_start)]
             for a, b in ((0, 1), (1, 0)):
                 sl = SocketLink(cfg, in_credits=tx_depth, out_credits=roots[b].in_credits)
                 m.submodules[f"socket{a}{b}"] = sl
                 m.d.comb += [sl.i_bytes_per_cycle.eq(regs[SysReg.SOCKET_BYTES]),
                              sl.i_tlp_overhead_bytes.eq(regs[SysReg.SOCKET_OVERHEAD]),
-                             sl.i_latency.eq(regs[SysReg.SOCKET_LATENCY])]
+                             sl.i_latency.eq(regs[SysReg.SOCKET_LATENCY]),
+                             sl.i_read_room.eq(tracker.o_room[a]),
+                             tracker.i_read_want[a].eq(sl.o_read_want),
+                             tracker.i_read_sent[a].eq(sl.o_read_sent),
+                             tracker.i_cpl_sent[a].eq(sl.o_cpl_sent),
+                             tracker.i_cpl_arrived[a].eq(sl.o_cpl_arrived)]
                 wiring.connect(m, roots[a].o[sps], sl.i)
                 wiring.connect(m, sl.o, roots[b].i[sps])
                 overflow.append(sl.o_overflow)
@@ -318,6 +332,8 @@ class PcieSystem(wiring.Component):
             for d in ("ab", "ba"):
                 values += [getattr(link, f"{d}_{c}") for c in PcieLink.COUNTERS]
         values += [sl.o_busy for sl in sockets]
+        if sockets:
+            values += [sl.o_read_wait for sl in sockets] + [tracker.o_peak]
         for host in hosts:
             values += [host.o_rx_bytes, host.o_tx_bytes, host.o_errors]
         values += [rp.o_host_busy for rp in root_ports]

@@ -451,10 +451,21 @@ EXPERIMENTS = {e.name: e for e in (
                       "seed's [0,1] + [1,2] and rings): its link carries, each way, the "
                       "completions of one copy and the read requests of the other, one "
                       "request beat per five completion beats.",
-                      "Known gap: in the 8-GPU ring the two cross-socket pulls come out at "
-                      "13.0 GB/s against the seed's 11: on the socket link each direction "
-                      "carries one pair's completions and the other's read requests, and "
-                      "the model charges a request only its per-TLP cost there.") + _MECHANISM),
+                      "Why the 8-GPU ring's cross-socket pulls run at about 11 GB/s, not "
+                      "the 18 of one cross-socket pair: each root complex tracks the "
+                      "peer-to-peer reads crossing the socket link in one pool of "
+                      "socket_read_bytes (13 KiB), the reads its GPUs send and the reads "
+                      "it receives together, and a read crosses only with room at both "
+                      "ends. One pair, or two pairs pulling the same way, use each pool "
+                      "one way and the link's bandwidth binds first; in the ring each "
+                      "pool holds one pull sent and one received, each for a round trip "
+                      "of about 600 ns, and the pool binds (counters socket01.read_wait "
+                      "and socket10.read_wait). The seed leaves the drop unexplained; the "
+                      "pool's size is not in it and was set on this row, so the ring's "
+                      "two cross-socket rows are a fit, not a prediction (12 KiB gives "
+                      "10.0 GB/s, 13.5 KiB 11.3). Without the pool the link alone gives "
+                      "13.0: each direction carries one pair's completions and the "
+                      "other's read requests.") + _MECHANISM),
     Experiment("host_staged", "Peer access off: double-buffered streaming through host memory",
                GpuMode.STAGED, "max_read_request_bytes", notes=_STAGED),
     Experiment("pageable_copy", "Peer access off: cudaMemcpyAsync through pageable host memory",
