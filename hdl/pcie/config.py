@@ -103,6 +103,13 @@ class PcieConfig(ConfigBase):
                                                "(calibrated with socket_bytes_per_cycle: a "
                                                "128 B write then takes 7 cycles, a 64 B write 5)")
     socket_latency_cycles: int = _run(50, "socket link latency, ns (not in the seed)")
+    socket_return_bytes: int = _run(12, f"{SEED}: link time each peer-to-peer TLP costs "
+                                        "the socket link's other direction, bytes (its "
+                                        "link-layer acknowledgement and credit return). "
+                                        "Not in the seed: set on '3.2.3 ... Cross socket, "
+                                        "8-GPU ring ... 17.4', where the link carries "
+                                        "peer-to-peer writes both ways (16 B gives 17.1 "
+                                        "GB/s, 0 B 18.3)")
     socket_read_bytes: int = _run(13312, f"{SEED}: bytes of peer-to-peer read each root "
                                          "complex may have outstanding across the socket "
                                          "link, reads sent and received together (its read "
@@ -191,6 +198,7 @@ class PcieConfig(ConfigBase):
         integer("socket_bytes_per_cycle", 1, 255)
         integer("socket_tlp_overhead_bytes", 0, 255)
         integer("socket_latency_cycles", 0, 255)
+        integer("socket_return_bytes", 0, 255)
         integer("socket_read_bytes", 32, 65535)
         loop = self.switch_latency_cycles + self.socket_latency_cycles + 16
         need("switch_buffer_beats", self.switch_buffer_beats >= loop,

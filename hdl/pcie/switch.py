@@ -170,6 +170,11 @@ class SocketLink(wiring.Component):
     i_bytes_per_cycle, i_tlp_overhead_bytes, i_latency : In(8)
         Run-time timing (``socket_bytes_per_cycle``, ``socket_tlp_overhead_bytes``,
         ``socket_latency_cycles``).
+    i_return_bytes : In(8)
+        Link time, bytes, each peer-to-peer TLP sent the other way costs this
+        direction (``socket_return_bytes``).
+    i_returns : In(1)
+        A peer-to-peer TLP entered the other direction this cycle.
     i_read_room : In(17)
         Bytes of peer-to-peer read a request may ask for now (the
         :class:`SocketReadTracker`'s room): a peer-to-peer read request asking
@@ -184,6 +189,8 @@ class SocketLink(wiring.Component):
         Payload bytes of the peer-to-peer completion whose header entered the
         link, and whose header left it at the far root complex, this cycle (0 if
         none).
+    o_peer_head : Out(1)
+        A peer-to-peer TLP entered the link this cycle.
     o_busy : Out(32)
         Cycles the link had link time owed (was occupied), for its utilisation.
     o_read_wait : Out(32)
@@ -200,6 +207,7 @@ class SocketLink(wiring.Component):
         link = CreditLink(tlp_layout(cfg), N_FC)
         super().__init__({"i": In(link), "o": Out(link), "i_bytes_per_cycle": In(8),
                           "i_tlp_overhead_bytes": In(8), "i_latency": In(8),
+                          "i_return_bytes": In(8), "i_returns": In(1), "o_peer_head": Out(1),
                           "i_read_room": In(17), "o_read_want": Out(13),
                           "o_read_sent": Out(13),
                           "o_cpl_sent": Out(13), "o_cpl_arrived": Out(13),
@@ -215,7 +223,9 @@ class SocketLink(wiring.Component):
         m.submodules.send = send = StreamToLink(flit_layout=layout, credits=self.out_credits,
                                                 n_vc=N_FC)
         cost = Signal(16)
-        free = _byte_budget(m, self.i_bytes_per_cycle, cost, self.o_busy)
+        charge = Signal(16)
+        free = _byte_budget(m, self.i_bytes_per_cycle, charge, self.o_busy)
+        m.d.comb += charge.eq(cost + Mux(self.i_returns, self.i_return_bytes, 0))
         # a peer-to-peer read starts only with room for it in the read trackers
         read = inq.o[FcClass.NP].payload
         no_room = _peer_head(read, TlpType.MRD) & (read.length > self.i_read_room)
@@ -231,6 +241,8 @@ class SocketLink(wiring.Component):
                 m.d.comb += cost.eq(Mux(beat.head, Mux(_is_host(beat), cfg.datapath_bytes,
                                                        self.i_tlp_overhead_bytes),
                                         cfg.datapath_bytes))
+                with m.If(beat.head & ~_is_host(beat)):
+                    m.d.comb += self.o_peer_head.eq(1)
         cpl = inq.o[FcClass.CPL].payload
         m.d.comb += [
             self.o_read_want.eq(Mux(inq.o[FcClass.NP].valid & _peer_head(read, TlpType.MRD),

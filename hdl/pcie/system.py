@@ -52,6 +52,7 @@ class SysReg(enum.IntEnum):
     RETRAIN = 14           #: retrained_gpu + 1 (0: none) | lane bytes << 8 | blocks per
                            #: period << 16 | SKP cycles << 24, of the retrained link
     SOCKET_READ_BYTES = 15  #: socket_read_bytes
+    SOCKET_RETURN = 16     #: socket_return_bytes
 
 
 def system_registers(cfg):
@@ -69,7 +70,8 @@ def system_registers(cfg):
             SysReg.CHUNK_LOG2: cfg.staging_chunk_bytes.bit_length() - 1,
             SysReg.EVENT_CYCLES: cfg.host_event_cycles,
             SysReg.RETRAIN: _retrain_word(cfg),
-            SysReg.SOCKET_READ_BYTES: cfg.socket_read_bytes}
+            SysReg.SOCKET_READ_BYTES: cfg.socket_read_bytes,
+            SysReg.SOCKET_RETURN: cfg.socket_return_bytes}
 
 
 def _retrain_word(cfg):
@@ -180,7 +182,7 @@ class PcieSystem(wiring.Component):
         regs = {r: Signal(32 if r in wide else 8, name=f"reg_{r.name.lower()}")
                 for r in SysReg}
         with m.If(self.cfg_we & self.cfg_addr[8]):
-            with m.Switch(self.cfg_addr[:4]):
+            with m.Switch(self.cfg_addr[:5]):
                 for r, sig in regs.items():
                     with m.Case(r):
                         m.d.sync += sig.eq(self.cfg_data)
@@ -298,6 +300,7 @@ class PcieSystem(wiring.Component):
                 m.d.comb += [sl.i_bytes_per_cycle.eq(regs[SysReg.SOCKET_BYTES]),
                              sl.i_tlp_overhead_bytes.eq(regs[SysReg.SOCKET_OVERHEAD]),
                              sl.i_latency.eq(regs[SysReg.SOCKET_LATENCY]),
+                             sl.i_return_bytes.eq(regs[SysReg.SOCKET_RETURN]),
                              sl.i_read_room.eq(tracker.o_room[a]),
                              tracker.i_read_want[a].eq(sl.o_read_want),
                              tracker.i_read_sent[a].eq(sl.o_read_sent),
@@ -307,6 +310,9 @@ class PcieSystem(wiring.Component):
                 wiring.connect(m, sl.o, roots[b].i[sps])
                 overflow.append(sl.o_overflow)
                 sockets.append(sl)
+            # each direction pays for the other's peer-to-peer TLPs
+            m.d.comb += [sockets[0].i_returns.eq(sockets[1].o_peer_head),
+                         sockets[1].i_returns.eq(sockets[0].o_peer_head)]
         else:
             for rc in roots:
                 m.d.comb += rc.i[sps].valid.eq(0)

@@ -356,9 +356,14 @@ _MECHANISM = (
     "(socket_bytes_per_cycle) and per-TLP cost (socket_tlp_overhead_bytes) were "
     "calibrated on the single cross-socket rows of the copy engine (128 B writes: 7 cycles "
     "each, 18.3 GB/s) and the push kernel (64 B writes: 5 cycles, 12.6 GB/s); the two-pair "
-    "and ring rows are predictions. Known gap: in the 8-GPU ring the seed's cross-socket "
-    "copies lose 6 % against one pair (17.4 against 18.5 GB/s); the model's socket link "
-    "carries its two directions independently, so they do not.",
+    "rows are predictions. Why the 8-GPU ring's cross-socket copies lose a few per cent "
+    "against one pair (seed: 17.4 against 18.5 GB/s with the copy engine, 12 against 12.5 "
+    "with the push kernel): only there does the socket link carry peer-to-peer traffic both "
+    "ways, and each peer-to-peer TLP costs the other direction socket_return_bytes (12 B) "
+    "of link time for its link-layer acknowledgement and credit return. That cost is not "
+    "in the seed: it was set on the copy-engine ring row (0 B gives 18.3, 8 B 18.0, 16 B 17.1 "
+    "GB/s); the push-kernel ring row, which loses 7.8 % in the model against the seed's "
+    "4 %, is its check.",
     "Not built: the RTX 4090 rows.")
 
 _STAGED = (
@@ -457,15 +462,17 @@ EXPERIMENTS = {e.name: e for e in (
                       "socket_read_bytes (13 KiB), the reads its GPUs send and the reads "
                       "it receives together, and a read crosses only with room at both "
                       "ends. One pair, or two pairs pulling the same way, use each pool "
-                      "one way and the link's bandwidth binds first; in the ring each "
+                      "one way and the link's bandwidth binds first (within 1 %); in the "
+                      "ring each "
                       "pool holds one pull sent and one received, each for a round trip "
                       "of about 600 ns, and the pool binds (counters socket01.read_wait "
                       "and socket10.read_wait). The seed leaves the drop unexplained; the "
                       "pool's size is not in it and was set on this row, so the ring's "
                       "two cross-socket rows are a fit, not a prediction (12 KiB gives "
                       "10.0 GB/s, 13.5 KiB 11.3). Without the pool the link alone gives "
-                      "13.0: each direction carries one pair's completions and the "
-                      "other's read requests.") + _MECHANISM),
+                      "11.9: each direction carries one pair's completions, the other's "
+                      "read requests and the returns of both (13.0 without the "
+                      "returns).") + _MECHANISM),
     Experiment("host_staged", "Peer access off: double-buffered streaming through host memory",
                GpuMode.STAGED, "max_read_request_bytes", notes=_STAGED),
     Experiment("pageable_copy", "Peer access off: cudaMemcpyAsync through pageable host memory",
