@@ -51,8 +51,8 @@ to 392 s (Yosys included) at 46.0 MHz against 51.0.
 Rows go to ``results/synth.json``: ``{"rows": [{"block", "config", "device",
 "luts", "ffs", "brams", "fmax_mhz", "tool_versions", "fabric", "target_mhz",
 "fmax_by_clock", "status", "message", "nextpnr_options", "seconds"}]}``,
-``luts``/``ffs``/
-``brams``/``fmax_mhz`` ``null`` when the flow did not get that far.
+``luts``/``ffs``/``brams``/``fmax_mhz`` ``null`` when the flow did not get
+that far.
 
 The endpoints are built without their testbench-only logic (``checks=False``:
 the data checks, checksums and fault injection), so the figures are the
@@ -80,7 +80,7 @@ from pathlib import Path
 
 __all__ = ["BLOCKS", "DEVICES", "LARGE_DESIGN_LUTS", "LARGE_DESIGN_OPTIONS", "SMALL_TOPS",
            "Block", "Device", "block_config", "block_named", "load_config_file", "main",
-           "start_order", "synthesise", "tool_versions", "yowasp_tool"]
+           "start_order", "synthesise", "tool_versions", "unit_name", "yowasp_tool"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -717,7 +717,9 @@ def synthesise_or_error(block_name, device_name, items=(), build_root="build", f
         return row
 
 
-def _unit(task):
+def unit_name(task):
+    """``"block/device"``, the name of a task of :func:`plan` in the time
+    record (``build/synth/seconds.json``)."""
     return f"{task[0]}/{task[1]}"
 
 
@@ -737,7 +739,7 @@ def start_order(tasks, durations):
         return (not (block.top or block.cut or not block.flatten), -order.index(block.name))
 
     return longest_first(sorted(range(len(tasks)), key=likely_long_first), durations,
-                         lambda i: _unit(tasks[i]))
+                         lambda i: unit_name(tasks[i]))
 
 
 def plan(blocks=(), devices=(), config=None):
@@ -809,7 +811,7 @@ def main(args):
         for n, future in enumerate(concurrent.futures.as_completed(futures), 1):
             i = futures[future]
             row = rows[i] = future.result()
-            durations[_unit(tasks[i])] = row["seconds"]
+            durations[unit_name(tasks[i])] = row["seconds"]
             write_json_atomically(durations_path, durations)
             fmax = f"{row['fmax_mhz']:.1f} MHz" if row["fmax_mhz"] else "no Fmax"
             counts = ", ".join(f"{'—' if row[k] is None else format(row[k], ',')} {unit}"

@@ -138,7 +138,7 @@ def test_units_start_longest_first_by_their_last_time(tmp_path):
     hierarchical) before the small ones; then the timed ones, longest first.
     ``fabricsim synth`` records each unit's time in the build folder."""
     tasks = synth.plan(["shaper", "gx_plane", "dsm_top", "round_robin"])
-    names = lambda order: [f"{tasks[i][0]}/{tasks[i][1]}" for i in order]   # noqa: E731
+    names = lambda order: [synth.unit_name(tasks[i]) for i in order]   # noqa: E731
     assert names(synth.start_order(tasks, {})) == [
         "dsm_top/ecp5", "gx_plane/ecp5", "round_robin/ecp5", "round_robin/ice40",
         "shaper/ecp5", "shaper/ice40"]
