@@ -151,7 +151,10 @@ class SocketLink(wiring.Component):
     socket link's packet headers and the root complexes' forwarding), then
     ``i_latency`` cycles later reach the far root complex.  TLPs to and from
     host memory are the link's own memory traffic: a header costs one beat
-    (``datapath_bytes``) like a data beat.
+    (``datapath_bytes``) like a data beat.  Each peer-to-peer TLP the other
+    direction carries costs this one ``i_return_bytes`` of link time (its
+    link-layer acknowledgement and credit return), and a peer-to-peer read
+    request waits for room in the :class:`SocketReadTracker`.
 
     Parameters
     ----------

@@ -23,7 +23,7 @@ __all__ = ["EXPERIMENTS", "Experiment", "ExperimentError", "build_runs", "plan",
 
 FABRIC = "pcie"
 #: Bytes each pair copies in the sweep (steady state from the first).
-SWEEP_BYTES = (16384, 32768, 65536)
+SWEEP_BYTES = (65536, 131072, 262144)
 
 
 class ExperimentError(RuntimeError):
@@ -439,7 +439,7 @@ EXPERIMENTS = {e.name: e for e in (
     Experiment("peer_copy", "Peer access: cudaMemcpyAsync device to device (copy engine)",
                GpuMode.PUSH, "max_payload_bytes",
                notes=("The copy engine writes the peer's memory with posted writes of "
-                      "max_payload_bytes (128 B). Three sizes per pair (16, 32 and 64 KiB); "
+                      "max_payload_bytes (128 B). Three sizes per pair (64, 128 and 256 KiB); "
                       "bandwidth is the inverse of the fitted cycles per byte.",) + _MECHANISM),
     Experiment("kernel_push", "Custom copy kernel, push mode (peer access)", GpuMode.PUSH,
                "kernel_write_bytes",
