@@ -389,13 +389,7 @@ _RESULTS = {}
 
 #: Rows the model does not meet yet, with the reason (see the report's notes).
 #: Strict: a row that starts passing fails here until it is taken off the list.
-_STAGED_RING8 = ("the 8-GPU ring's pairs share the root ports unevenly and drift between "
-                 "runs (one socket's destinations fall behind): per-pair fits over 2-4 "
-                 "chunks of 4.8 to 11.5 GB/s against the seed's even 4.72")
-
-KNOWN_GAPS = {
-    **{("host_staged", f"ring8: [{s},{(s + 1) % 8}]"): _STAGED_RING8 for s in (0, 1, 2, 4, 5, 6, 7)},
-}
+KNOWN_GAPS = {}
 
 
 @pytest.fixture(scope="session")
