@@ -449,7 +449,9 @@ def test_topology_shows_every_link(experiment_result):
 def test_a_rerun_reuses_the_simulation_and_gives_the_same_result(tmp_path, capsys, monkeypatch):
     """``fabricsim run`` with ``--fresh`` simulates and stores; run again on
     the same build folder, it reuses that simulation and writes the same
-    JSON; a changed run-time field is simulated anew."""
+    JSON; a changed run-time field gets its own simulation, not the first's
+    (that one may be in the build folder already from an earlier session, so
+    only the result is compared)."""
     monkeypatch.setenv("COLUMNS", "400")    # one log line per experiment
     build = ["--build", str(BUILD)]
     first, again, other = (tmp_path / n for n in ("r1", "r2", "r3"))
@@ -461,7 +463,6 @@ def test_a_rerun_reuses_the_simulation_and_gives_the_same_result(tmp_path, capsy
     assert (again / name).read_text() == (first / name).read_text()
     assert main([*build, "--results", str(other), "run", "pcie.peer_copy",
                  "--set", "switch_latency_cycles=120"]) == 0
-    assert "reused" not in capsys.readouterr().err
     assert (other / name).read_text() != (first / name).read_text()
 
 
