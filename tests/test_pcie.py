@@ -533,3 +533,21 @@ def test_peer_traffic_both_ways_costs_the_socket_link_its_returns(tmp_path):
     one, both = cycles["returns"]
     assert both > 1.04 * one, cycles
     assert cycles["returns"][0] == cycles["none"][0]
+
+
+def test_returns_an_idle_direction_cannot_carry_do_not_pile_up(tmp_path):
+    """Returns that cost more than the TLPs they answer (a 1 B/ns socket link,
+    255 B per return) keep the idle direction busy but do not pile up without
+    bound: a copy one way, then one the other way in the same simulation,
+    takes as long as the first (it once inherited tens of thousands of
+    cycles of returns and ran into the watchdog)."""
+    cfg = dataclasses.replace(CFG, socket_bytes_per_cycle=1, socket_return_bytes=255)
+    verilog = generate_verilog(PcieSystem, cfg.hardware(), "pcie_system", build_root=BUILD)
+    runs = [pcie.copy_run(cfg, str(pairs), pairs, 1 << 15, cfg.kernel_write_bytes)
+            for pairs in ([(0, 4)], [(4, 0)])]
+    got = run_cocotb(verilog, "pcie_system", "testbenches.pcie", sim=SIM,
+                     plan=pcie.plan(cfg, runs), test_dir=tmp_path)
+    for run, result in zip(runs, got["runs"], strict=True):
+        pcie.check_run(cfg, run, result)
+    there, back = (r["counters"]["cycles"] for r in got["runs"])
+    assert abs(back - there) <= 0.02 * there, (there, back)

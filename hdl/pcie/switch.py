@@ -61,13 +61,13 @@ def _byte_budget(m, budget, charge, busy):
     ``charge`` (a 16-bit Signal the caller drives) joins what is owed and
     ``budget`` is paid off; ``busy`` counts the cycles anything was owed.
     Returns whether less than one cycle's budget is owed (a new charge may
-    start)."""
+    start) and the bytes owed (16 bits)."""
     debt = Signal(16)
     left = debt + charge
     m.d.sync += debt.eq(Mux(left > budget, left - budget, 0))
     with m.If(left != 0):
         m.d.sync += busy.eq(busy + 1)
-    return debt < budget
+    return debt < budget, debt
 
 
 class Crossbar(wiring.Component):
@@ -175,7 +175,8 @@ class SocketLink(wiring.Component):
         ``socket_latency_cycles``).
     i_return_bytes : In(8)
         Link time, bytes, each peer-to-peer TLP sent the other way costs this
-        direction (``socket_return_bytes``).
+        direction (``socket_return_bytes``), while it owes less than
+        :attr:`RETURN_BACKLOG_BYTES`.
     i_returns : In(1)
         A peer-to-peer TLP entered the other direction this cycle.
     i_read_room : In(17)
@@ -203,6 +204,13 @@ class SocketLink(wiring.Component):
         Sticky: a buffer overflowed.
     """
 
+    #: Link time owed, bytes, beyond which a return is not charged (it
+    #: coalesces into the returns already owed).  Never reached while the
+    #: returns take less of the link than it has; it keeps a link whose
+    #: returns alone would overrun it (``socket_return_bytes`` above a TLP's
+    #: cost) from owing without bound while idle.
+    RETURN_BACKLOG_BYTES = 1024
+
     def __init__(self, cfg, *, in_credits, out_credits):
         self.cfg = cfg
         self.in_credits = in_credits
@@ -227,8 +235,10 @@ class SocketLink(wiring.Component):
                                                 n_vc=N_FC)
         cost = Signal(16)
         charge = Signal(16)
-        free = _byte_budget(m, self.i_bytes_per_cycle, charge, self.o_busy)
-        m.d.comb += charge.eq(cost + Mux(self.i_returns, self.i_return_bytes, 0))
+        free, debt = _byte_budget(m, self.i_bytes_per_cycle, charge, self.o_busy)
+        # returns beyond RETURN_BACKLOG_BYTES owed coalesce into those queued
+        m.d.comb += charge.eq(cost + Mux(self.i_returns & (debt < self.RETURN_BACKLOG_BYTES),
+                                         self.i_return_bytes, 0))
         # a peer-to-peer read starts only with room for it in the read trackers
         read = inq.o[FcClass.NP].payload
         no_room = _peer_head(read, TlpType.MRD) & (read.length > self.i_read_room)
@@ -389,7 +399,7 @@ class RootPort(wiring.Component):
         m = Module()
         layout = tlp_layout(self.cfg)
         owed = Signal(16)
-        free = _byte_budget(m, self.i_host_bytes_per_cycle, owed, self.o_host_busy)
+        free, _ = _byte_budget(m, self.i_host_bytes_per_cycle, owed, self.o_host_busy)
 
         def charged(beat):
             return beat.head & _is_host(beat) & (beat.kind != TlpType.MRD)
