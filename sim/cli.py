@@ -168,15 +168,30 @@ def parse_overrides(config_cls, items):
         except UsageError:
             raise
         except ValueError:
-            kind = {int: "an integer (0x... allowed)", float: "a number"}.get(
-                type(default), "comma-separated numbers" if isinstance(default, tuple)
-                else type(default).__name__)
-            raise UsageError(f"{name} must be {kind}, not {text!r}") from None
+            raise UsageError(_unparsable(defaults, name, text)) from None
         changes[name] = value
     try:
         return dataclasses.replace(defaults, **changes)
     except ValueError as error:
         raise UsageError(str(error)) from None
+
+
+def _unparsable(defaults, name, text):
+    """The message for ``--set name=text`` whose text does not parse as the
+    field's type: the configuration's own, which names the allowed values,
+    when it has one for the text as given; otherwise the type it takes."""
+    try:
+        dataclasses.replace(defaults, **{name: text})
+    except ValueError as error:
+        if str(error).startswith(f"{name} must be "):
+            return str(error)
+    except TypeError:
+        pass
+    default = getattr(defaults, name)
+    kind = {int: "an integer (0x... allowed)", float: "a number"}.get(
+        type(default), "comma-separated numbers" if isinstance(default, tuple)
+        else type(default).__name__)
+    return f"{name} must be {kind}, not {text!r}"
 
 
 _BOOLEAN = {"1": True, "true": True, "yes": True, "on": True,
