@@ -44,6 +44,8 @@ CFG = PcieConfig()
                                       "4096"),
     ("host_event_cycles", 10000, r"host_event_cycles must be below \(watchdog_cycles - 100\)"),
     ("socket_read_bytes", 64, r"socket_read_bytes must be at least kernel_read_bytes \(128\)"),
+    ("read_completion_boundary_bytes", 256, "read_completion_boundary_bytes must be one of 64, "
+                                            "128, not 256"),
     ("socket_read_bytes", 1 << 16, "socket_read_bytes must be an integer from 32 to 65535"),
 ])
 def test_bad_configuration_names_the_field(field, value, message):
@@ -551,3 +553,25 @@ def test_returns_an_idle_direction_cannot_carry_do_not_pile_up(tmp_path):
         pcie.check_run(cfg, run, result)
     there, back = (r["counters"]["cycles"] for r in got["runs"])
     assert abs(back - there) <= 0.02 * there, (there, back)
+
+
+def test_a_root_complex_with_a_64_byte_rcb_answers_in_64_byte_completions(tmp_path):
+    """read_completion_boundary_bytes=64: a staged copy's reads of host memory
+    come back as 64 B completions (twice as many TLPs down the destination's
+    link as at the default 128 B), every byte still checked, and the copy
+    takes longer (a header beat per two data beats, not per four)."""
+    cycles = {}
+    for rcb in (128, 64):
+        cfg = dataclasses.replace(CFG, staging_chunk_bytes=1 << 16,
+                                  read_completion_boundary_bytes=rcb)
+        verilog = generate_verilog(PcieSystem, cfg.hardware(), "pcie_system", build_root=BUILD)
+        runs = [pcie.copy_run(cfg, "[(0, 1)]", [(0, 1)], 3 << 16, cfg.max_read_request_bytes,
+                              mode=GpuMode.STAGED)]
+        got = run_cocotb(verilog, "pcie_system", "testbenches.pcie", sim=SIM,
+                         plan=pcie.plan(cfg, runs), test_dir=tmp_path / str(rcb))
+        pcie.check_run(cfg, runs[0], got["runs"][0])
+        c = got["runs"][0]["counters"]
+        assert c["gpu1.down.payload_bytes"] == 3 << 16
+        assert c["gpu1.down.tlps"] == (3 << 16) // rcb
+        cycles[rcb] = c["cycles"]
+    assert cycles[64] > cycles[128], cycles

@@ -1,8 +1,10 @@
 """The completer of a memory on the PCIe fabric: answers memory reads with
 completions (PCIe Base Specification, "Completion Rules": a read is answered
-by completions of at most ``max_payload_bytes`` each, in address order; seed
-001, "3.2.4": a pull kernel's reads of the peer's memory).  Both a GPU and a
-host memory answer reads with it.
+by completions of at most ``max_payload_bytes`` each, split on read
+completion boundaries, in address order; seed 001, "3.2.4": a pull kernel's
+reads of the peer's memory).  Both a GPU (completions of
+``max_payload_bytes``) and a host memory (completions of
+``read_completion_boundary_bytes``) answer reads with it.
 """
 
 from amaranth import Module, Mux, Signal
@@ -16,7 +18,7 @@ __all__ = ["Completer"]
 
 class Completer(wiring.Component):
     """Answers each read request in arrival order with completions of at most
-    ``max_payload_bytes``, whose data ``data(addr)`` gives.  Clock: the 1 GHz
+    ``completion_bytes``, whose data ``data(addr)`` gives.  Clock: the 1 GHz
     model clock.
 
     Parameters
@@ -27,6 +29,16 @@ class Completer(wiring.Component):
     data : callable
         ``data(addr) -> Value`` of ``8 * datapath_bytes`` bits: the memory's
         content at byte address ``addr`` (32 bits).
+    completion_bytes : int
+        Largest completion payload, bytes: a multiple of ``datapath_bytes`` up
+        to ``max_payload_bytes`` (the default).  Reads start on a multiple of
+        it, so every completion after the first ends on a boundary of it (the
+        read completion boundary, RCB).
+
+    Raises
+    ------
+    ValueError
+        If ``completion_bytes`` is not such a multiple.
 
     Members
     -------
@@ -46,10 +58,17 @@ class Completer(wiring.Component):
         answered as a read of its length all the same).
     """
 
-    def __init__(self, cfg, node, data):
+    def __init__(self, cfg, node, data, completion_bytes=None):
+        size = cfg.max_payload_bytes if completion_bytes is None else completion_bytes
+        if not (isinstance(size, int) and cfg.datapath_bytes <= size <= cfg.max_payload_bytes
+                and size % cfg.datapath_bytes == 0):
+            raise ValueError(f"completion_bytes must be a multiple of datapath_bytes "
+                             f"({cfg.datapath_bytes}) up to max_payload_bytes "
+                             f"({cfg.max_payload_bytes}), not {completion_bytes!r}")
         self.cfg = cfg
         self.node = node
         self.data = data
+        self.completion_bytes = size
         layout = tlp_layout(cfg)
         super().__init__({"req": In(stream.Signature(layout)),
                           "cpl": Out(stream.Signature(layout)),
@@ -59,7 +78,7 @@ class Completer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
-        dp, mps = cfg.datapath_bytes, cfg.max_payload_bytes
+        dp, mps = cfg.datapath_bytes, self.completion_bytes
         req, cpl = self.req, self.cpl
         serving = self.o_serving
         c_dst = Signal.like(req.payload.src)

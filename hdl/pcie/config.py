@@ -71,6 +71,14 @@ class PcieConfig(ConfigBase):
                                       "smallest, as set when any device on the path "
                                       "supports no more (not in the seed); sizes the "
                                       "transmit queues, so structural")
+    read_completion_boundary_bytes: int = _hw(128, "the root complexes' read completion "
+                                                   "boundary (RCB), bytes: host memory "
+                                                   "answers a read in completions of this "
+                                                   "size (PCIe Base Specification: 64 or 128 B "
+                                                   "at a root complex; not in the seed: 128 B "
+                                                   "keeps them at max_payload_bytes). GPUs "
+                                                   "answer in completions of max_payload_bytes, "
+                                                   "a multiple of their 128 B RCB")
     link_latency_cycles: int = _run(20, "wire, PHY and data-link pipeline of a link, each "
                                         "way, ns (not in the seed)")
     switch_latency_cycles: int = _run(100, "PCIe switch cut-through latency, ns (typical "
@@ -186,6 +194,10 @@ class PcieConfig(ConfigBase):
              "not outrun the datapath; Gen5 x16 needs datapath_bytes=64)")
         one_of("max_payload_bytes", (128, 256, 512, 1024, 2048, 4096))
         need("max_payload_bytes", self.max_payload_bytes >= self.datapath_bytes,
+             f"at least datapath_bytes ({self.datapath_bytes})")
+        one_of("read_completion_boundary_bytes", (64, 128))
+        need("read_completion_boundary_bytes",
+             self.read_completion_boundary_bytes >= self.datapath_bytes,
              f"at least datapath_bytes ({self.datapath_bytes})")
         integer("link_latency_cycles", 0, 60)
         integer("switch_latency_cycles", 0, 255)

@@ -137,8 +137,9 @@ class HostMemory(wiring.Component):
                 m.d.sync += beats_left.eq(beats_left - 1)
 
         # --- reads: only of bytes landed and not yet overwritten ---------------------------
-        m.submodules.completer = completer = Completer(cfg, self.node,
-                                                       lambda a: staged_beat(a, dp))
+        m.submodules.completer = completer = Completer(
+            cfg, self.node, lambda a: staged_beat(a, dp),
+            completion_bytes=cfg.read_completion_boundary_bytes)
         wiring.connect(m, rx.o[FcClass.NP], completer.req)
         wiring.connect(m, completer.cpl, send.i[FcClass.CPL])
         m.d.comb += completer.i_clear.eq(self.i_start)
