@@ -106,7 +106,8 @@ def counter_names(cfg):
     ``dllp_beats``.  Per socket-link direction (``socket<a><b>``): ``busy``
     cycles and ``read_wait`` (cycles a peer-to-peer read waited for tracker
     room); ``socket.read_peak``: the most peer-to-peer read bytes a root
-    complex's trackers held (see :class:`~hdl.pcie.switch.SocketReadTracker`).  Per host memory (``host<k>``): payload bytes written in
+    complex's trackers held (see :class:`~hdl.pcie.switch.SocketReadTracker`).
+    Per host memory (``host<k>``): payload bytes written in
     (``rx_bytes``) and read out (``tx_bytes``), ``errors``.  Per root port
     (``sw<s>.host_busy``): cycles it owed host-memory time.  Per switch
     (``switch<s>``) and root complex (``root<k>``): the stall snapshot
