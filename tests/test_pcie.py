@@ -468,21 +468,27 @@ def test_a_rerun_reuses_the_simulation_and_gives_the_same_result(tmp_path, capsy
     assert (other / name).read_text() != (first / name).read_text()
 
 
+def _checked_copies(cfg, runs, test_dir):
+    """Simulate ``runs`` (from :func:`pcie.copy_run`) on ``cfg``'s machine in
+    one Verilog simulation, check every run's bytes at the destination
+    (``check_run`` raises otherwise) and return each run's counters."""
+    verilog = generate_verilog(PcieSystem, cfg.hardware(), "pcie_system", build_root=BUILD)
+    got = run_cocotb(verilog, "pcie_system", "testbenches.pcie", sim=SIM,
+                     plan=pcie.plan(cfg, runs), test_dir=test_dir)
+    for run, result in zip(runs, got["runs"], strict=True):
+        pcie.check_run(cfg, run, result)
+    return [result["counters"] for result in got["runs"]]
+
+
 def test_staged_copies_move_every_byte_through_host_memory(tmp_path):
     """Copies with peer access off, in three small chunks (64 KiB, so the first
     buffer is used twice): one pair in a socket, one across, and the 8-GPU ring
     finish with every byte checked in host memory and at the destination."""
     cfg = dataclasses.replace(CFG, staging_chunk_bytes=1 << 16)
-    verilog = generate_verilog(PcieSystem, cfg.hardware(), "pcie_system", build_root=BUILD)
     ring = [(g, (g + 1) % 8) for g in range(8)]
     runs = [pcie.copy_run(cfg, str(pairs), pairs, 3 << 16, cfg.max_read_request_bytes,
                           mode=GpuMode.STAGED) for pairs in ([(0, 1)], [(0, 4)], ring)]
-    got = run_cocotb(verilog, "pcie_system", "testbenches.pcie", sim=SIM,
-                     plan=pcie.plan(cfg, runs), test_dir=tmp_path)
-    assert len(got["runs"]) == len(runs)
-    for run, result in zip(runs, got["runs"]):
-        pcie.check_run(cfg, run, result)
-    ring_counters = got["runs"][-1]["counters"]
+    ring_counters = _checked_copies(cfg, runs, tmp_path)[-1]
     assert ring_counters["host0.rx_bytes"] == ring_counters["host1.rx_bytes"] == 4 * (3 << 16)
     # the 8-GPU ring's writes and reads all draw on the root ports' host budget
     assert ring_counters["sw0.host_busy"] > 0.9 * ring_counters["cycles"]
@@ -499,14 +505,9 @@ def test_the_read_trackers_bind_in_the_pull_ring_and_not_for_one_pair(tmp_path):
     ring = [(g, (g + 1) % 8) for g in range(8)]
     cycles = {}
     for name, cfg in (("pool", CFG), ("large", dataclasses.replace(CFG, socket_read_bytes=65535))):
-        verilog = generate_verilog(PcieSystem, cfg.hardware(), "pcie_system", build_root=BUILD)
         runs = [pcie.copy_run(cfg, str(pairs), pairs, 1 << 16, cfg.kernel_read_bytes,
                               mode=GpuMode.PULL) for pairs in ([(0, 4)], ring)]
-        got = run_cocotb(verilog, "pcie_system", "testbenches.pcie", sim=SIM,
-                         plan=pcie.plan(cfg, runs), test_dir=tmp_path / name)
-        for run, result in zip(runs, got["runs"], strict=True):
-            pcie.check_run(cfg, run, result)
-        pair, ring_run = (r["counters"] for r in got["runs"])
+        pair, ring_run = _checked_copies(cfg, runs, tmp_path / name)
         assert ring_run["socket.read_peak"] <= cfg.socket_read_bytes
         waited = ring_run["socket01.read_wait"] > 0 and ring_run["socket10.read_wait"] > 0
         assert waited == (name == "pool"), ring_run
@@ -522,14 +523,9 @@ def test_peer_traffic_both_ways_costs_the_socket_link_its_returns(tmp_path):
     byte is checked at the destination (check_run)."""
     cycles = {}
     for name, cfg in (("returns", CFG), ("none", dataclasses.replace(CFG, socket_return_bytes=0))):
-        verilog = generate_verilog(PcieSystem, cfg.hardware(), "pcie_system", build_root=BUILD)
         runs = [pcie.copy_run(cfg, str(pairs), pairs, 1 << 16, cfg.kernel_write_bytes)
                 for pairs in ([(0, 4)], [(3, 4), (7, 0)])]
-        got = run_cocotb(verilog, "pcie_system", "testbenches.pcie", sim=SIM,
-                         plan=pcie.plan(cfg, runs), test_dir=tmp_path / name)
-        for run, result in zip(runs, got["runs"], strict=True):
-            pcie.check_run(cfg, run, result)
-        cycles[name] = [r["counters"]["cycles"] for r in got["runs"]]
+        cycles[name] = [c["cycles"] for c in _checked_copies(cfg, runs, tmp_path / name)]
     one, both = cycles["none"]
     assert abs(both - one) <= 0.01 * one, cycles
     one, both = cycles["returns"]
@@ -544,14 +540,9 @@ def test_returns_an_idle_direction_cannot_carry_do_not_pile_up(tmp_path):
     takes as long as the first (it once inherited tens of thousands of
     cycles of returns and ran into the watchdog)."""
     cfg = dataclasses.replace(CFG, socket_bytes_per_cycle=1, socket_return_bytes=255)
-    verilog = generate_verilog(PcieSystem, cfg.hardware(), "pcie_system", build_root=BUILD)
     runs = [pcie.copy_run(cfg, str(pairs), pairs, 1 << 15, cfg.kernel_write_bytes)
             for pairs in ([(0, 4)], [(4, 0)])]
-    got = run_cocotb(verilog, "pcie_system", "testbenches.pcie", sim=SIM,
-                     plan=pcie.plan(cfg, runs), test_dir=tmp_path)
-    for run, result in zip(runs, got["runs"], strict=True):
-        pcie.check_run(cfg, run, result)
-    there, back = (r["counters"]["cycles"] for r in got["runs"])
+    there, back = (c["cycles"] for c in _checked_copies(cfg, runs, tmp_path))
     assert abs(back - there) <= 0.02 * there, (there, back)
 
 
@@ -564,13 +555,9 @@ def test_a_root_complex_with_a_64_byte_rcb_answers_in_64_byte_completions(tmp_pa
     for rcb in (128, 64):
         cfg = dataclasses.replace(CFG, staging_chunk_bytes=1 << 16,
                                   read_completion_boundary_bytes=rcb)
-        verilog = generate_verilog(PcieSystem, cfg.hardware(), "pcie_system", build_root=BUILD)
         runs = [pcie.copy_run(cfg, "[(0, 1)]", [(0, 1)], 3 << 16, cfg.max_read_request_bytes,
                               mode=GpuMode.STAGED)]
-        got = run_cocotb(verilog, "pcie_system", "testbenches.pcie", sim=SIM,
-                         plan=pcie.plan(cfg, runs), test_dir=tmp_path / str(rcb))
-        pcie.check_run(cfg, runs[0], got["runs"][0])
-        c = got["runs"][0]["counters"]
+        c, = _checked_copies(cfg, runs, tmp_path / str(rcb))
         assert c["gpu1.down.payload_bytes"] == 3 << 16
         assert c["gpu1.down.tlps"] == (3 << 16) // rcb
         cycles[rcb] = c["cycles"]
