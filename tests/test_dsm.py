@@ -62,10 +62,6 @@ KNOWN_GAPS = {
     ("mixed", "load_tma_opposite aggregate B/cycle"):
         "with the read command and TMA data sharing rank 0's injection, the model reaches the "
         "5-flits-per-128 B bound (34 B/cycle); the chip loses a further 14 %",
-    ("ring", "ring8 B/SM-cycle"):
-        "route collisions at the zero-headroom ingress (6 x 2/3 lane = 4 lanes) and egress "
-        "(3 x 2/3 lane = 2 lanes) cost 7 %; the chip's fixed TDM-like allocation does not",
-    ("ring", "ring16 B/SM-cycle"): "as ring8",
 }
 
 
@@ -114,10 +110,12 @@ def test_either_plane_off_delivers_every_byte(verilog, tmp_path):
         off, on = ("gx0.", "gx1.") if label.startswith("gx0off_") else ("gx1.", "gx0.")
         assert all(v == 0 for k, v in counters.items() if k.startswith(off)), label
         assert any(v for k, v in counters.items() if k.startswith(on)), label
-    # The two planes are symmetric: either one alone gives the same bandwidth.
+    # The two planes are symmetric: either one alone gives the same bandwidth,
+    # up to where the round-robin arbiters start (their lanes differ).
     rows = {r["quantity"]: r["model"] for r in data["rows"]}
     for kind in ("tma", "ring16_tma"):
-        assert rows[f"{kind} B/cycle, GX0 off"] == rows[f"{kind} B/cycle, GX1 off"]
+        assert rows[f"{kind} B/cycle, GX0 off"] == pytest.approx(
+            rows[f"{kind} B/cycle, GX1 off"], rel=5e-3)
 
 
 @pytest.mark.parametrize("fault,message", [

@@ -87,6 +87,42 @@ def test_route_hash_spreads_over_enabled_planes_only(enable, planes):
     assert {r & 1 for r in seen} == {0, 1}
 
 
+def test_ack_flits_interleave_over_the_four_routes():
+    """Successive ACKs of one source-destination pair carry addresses one hash
+    line apart, so the route hash sends them down all four routes in turn
+    rather than every ACK down one lane."""
+    from hdl.hopper.ack import AckCoalescer
+    layout = make_flit_layout(DsmConfig())
+    dut = AckCoalescer(flit_layout=layout, n_nodes=18, line_words=4)
+    addrs, counts = [], []
+
+    async def bench(ctx):
+        ctx.set(dut.i_slot, 5)
+        ctx.set(dut.i_threshold, 2)
+        ctx.set(dut.i_src, 6)
+        ctx.set(dut.o.ready, 1)
+        for _ in range(40):
+            ctx.set(dut.i_written, 1)
+            await ctx.tick()
+            if ctx.get(dut.o.valid):
+                addrs.append(ctx.get(dut.o.payload.addr))
+                counts.append(ctx.get(dut.o.payload.data) & 0xFFFF)
+                assert ctx.get(dut.o.payload.dst) == 6
+
+    _run(dut, bench)
+    assert len(addrs) >= 8
+    assert addrs == [4 * k for k in range(len(addrs))]
+    routes = [((a >> 2) + 5 + 6) % 4 for a in addrs]
+    assert set(routes[:4]) == {0, 1, 2, 3}
+    assert sum(counts) <= 40
+
+
+def test_ack_coalescer_rejects_a_bad_line_size():
+    from hdl.hopper.ack import AckCoalescer
+    with pytest.raises(ValueError, match="line_words must be a positive integer"):
+        AckCoalescer(flit_layout=make_flit_layout(DsmConfig()), n_nodes=2, line_words=0)
+
+
 def test_flit_kinds_map_to_the_seed_virtual_channels():
     from hdl.common.flit import VC_OF_KIND
     assert VC_OF_KIND[Kind.RD_CMD] == VC.REQ and VC_OF_KIND[Kind.WR_DATA] == VC.REQ

@@ -24,12 +24,22 @@ class AckCoalescer(wiring.Component):
     injection path is idle (``i_idle``).  The count travels in the low 16 bits
     of the flit's data.  Clock: SM clock (``sync``).
 
+    An ACK names no shared-memory address, so its ``addr`` field carries the
+    unit's ACK sequence number times ``line_words``: the GPCMMU route hash
+    (:class:`~hdl.hopper.fabric.RouteHash`) then interleaves successive ACKs
+    over the four routes packet by packet, the seed's "simple deterministic
+    cache-line or packet interleave", instead of sending every ACK of a
+    source-destination pair down one lane.
+
     Parameters
     ----------
     flit_layout : StructLayout
         Flit layout.
     n_nodes : int
         Number of SM slots (sources).
+    line_words : int
+        Words per hashed line of the route hash (128 B / 32 B = 4); the ACK
+        sequence number steps ``addr`` by this much.
 
     Members
     -------
@@ -51,12 +61,14 @@ class AckCoalescer(wiring.Component):
     Raises
     ------
     ValueError
-        If ``n_nodes`` is not positive.
+        If ``n_nodes`` or ``line_words`` is not a positive integer.
     """
 
-    def __init__(self, *, flit_layout, n_nodes):
-        if not (isinstance(n_nodes, int) and n_nodes >= 1):
-            raise ValueError(f"n_nodes must be a positive integer, not {n_nodes!r}")
+    def __init__(self, *, flit_layout, n_nodes, line_words=1):
+        for name, value in (("n_nodes", n_nodes), ("line_words", line_words)):
+            if not (isinstance(value, int) and value >= 1):
+                raise ValueError(f"{name} must be a positive integer, not {value!r}")
+        self.line_shift = (line_words - 1).bit_length()
         self.flit_layout = flit_layout
         self.n_nodes = n_nodes
         super().__init__({
@@ -87,7 +99,9 @@ class AckCoalescer(wiring.Component):
                 m.d.sync += owed[s].eq(owed[s] + 1)
 
         flit = self.o.payload
+        seq = Signal(max(len(flit.addr) - self.line_shift, 1))
         with m.If(arb.valid):
+            m.d.sync += seq.eq(seq + 1)
             m.d.sync += [
                 self.o.valid.eq(1),
                 flit.kind.eq(Kind.ACK),
@@ -96,7 +110,7 @@ class AckCoalescer(wiring.Component):
                 flit.dst.eq(arb.grant_index),
                 flit.data.eq(owed[arb.grant_index]),
                 flit.last.eq(1),
-                flit.addr.eq(0),
+                flit.addr.eq(seq << self.line_shift),
                 flit.mask.eq(0),
             ]
         with m.Elif(self.o.ready):

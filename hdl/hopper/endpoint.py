@@ -568,7 +568,8 @@ class SmEndpoint(wiring.Component):
             m.d.comb += read_queue.r_en.eq(final)
 
         # --- acknowledgements --------------------------------------------------
-        ack = AckCoalescer(flit_layout=layout, n_nodes=cfg.n_slots)
+        ack = AckCoalescer(flit_layout=layout, n_nodes=cfg.n_slots,
+                           line_words=cfg.read_response_bytes // cfg.flit_bytes)
         m.submodules.ack = ack
         m.d.comb += [
             ack.i_slot.eq(slot),

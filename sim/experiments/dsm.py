@@ -410,14 +410,15 @@ EXPERIMENTS = {e.name: e for e in (
     Experiment("ring", "D: TMA put ring, 2 to 16 SMs",
                tuple(Series(f"ring{n}", _ring(n), cluster_size=n) for n in (2, 4, 8, 16)),
                _ring_rows,
-               notes=("Known gap at 8 and 16 SMs: a CPC with six active SMs offers exactly its "
-                      "four ingress lanes (6 x 2/3) and each egress block exactly its two GX "
-                      "outputs, so every route collision of the address hash costs bandwidth "
-                      "(7 % here). The chip holds 21 B/SM-cycle, which the seed reads as a fixed "
-                      "TDM-like allocation; the model's arbiters are round-robin. The intercept "
-                      "is fill, drain and a network barrier (tens of cycles), far below the "
-                      "seed's 1,101 to 5,256 cycles, which include launch and mbarrier costs "
-                      "the model does not have.",)),
+               notes=("At 8 and 16 SMs a CPC with six active SMs offers exactly its four "
+                      "ingress lanes (6 x 2/3) and each egress block exactly its two GX outputs: "
+                      "the fabric has no headroom, so the route hash must spread every packet "
+                      "class evenly over the four routes. Write ACKs carry no address; they "
+                      "rotate over the routes by sequence number (a packet interleave), and the "
+                      "8- and 16-SM rings stay within 0.5 % of the 2-SM ring. The intercept is "
+                      "fill, drain and a network barrier (tens of cycles), far below the seed's "
+                      "1,101 to 5,256 cycles, which include launch and mbarrier costs the model "
+                      "does not have.",)),
     Experiment("topology", "E: 16 SMs at 64 KiB: ring strides and adjacent pairs",
                tuple(Series(f"stride{s}", _ring(16, s), 16, (64,)) for s in range(1, 16))
                + (Series("pairs", _pairs(16), 16, (64,)),),
