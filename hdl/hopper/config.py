@@ -63,9 +63,16 @@ class DsmConfig(ConfigBase):
     ack_threshold_flits: int = _run(40, f"{SEED}: ACKs coalesced until a threshold or idle bus. "
                                         "Calibrated between experiment B's TMA (20.29 B/cycle) "
                                         "and the 2-SM ring of D (21.3), which both cover")
-    read_turnaround_cycles: int = _run(10, f"{SEED}: cycles from a read command's arrival at "
+    read_turnaround_cycles: int = _run(9, f"{SEED}: cycles from a read command's arrival at "
                                            "the target SM to its first shared-memory read "
                                            "(calibrated with max_outstanding_reads)")
+    request_queue_flits: int = _hw(10, f"{SEED}: 'Read commands use a blocking request VC' "
+                                      "shared with write commands and data: one FIFO of this "
+                                      "many flits holds the SM's request-VC flits in issue order "
+                                      "before the shaper, so a read command waits behind the "
+                                      "write data queued ahead of it. Depth not disclosed; "
+                                      "calibrated on experiment C's load plus TMA, opposite "
+                                      "directions (29.26 B/cycle)")
     responder_queue: int = _hw(16, f"{SEED}: read commands queued at the target SM (depth "
                                    "inferred)")
     link_buffer_flits: int = _hw(8, f"{SEED}: per-hop credit depth is not disclosed; 8 per VC "
@@ -89,7 +96,8 @@ class DsmConfig(ConfigBase):
 
         for name in ("cpcs", "tpcs_per_cpc", "sms_per_tpc", "shaper_flits", "shaper_cycles",
                      "max_outstanding_reads", "max_unacked_store_flits", "ack_threshold_flits",
-                     "responder_queue", "link_buffer_flits", "watchdog_cycles"):
+                     "request_queue_flits", "responder_queue", "link_buffer_flits",
+                     "watchdog_cycles"):
             value = getattr(self, name)
             need(name, isinstance(value, int) and not isinstance(value, bool) and value >= 1,
                  "a positive integer")
@@ -105,6 +113,7 @@ class DsmConfig(ConfigBase):
         need("max_unacked_store_flits", self.max_unacked_store_flits <= 65535,
              "an integer from 1 to 65535")
         need("ack_threshold_flits", self.ack_threshold_flits <= 65535, "an integer from 1 to 65535")
+        need("request_queue_flits", self.request_queue_flits <= 256, "an integer from 1 to 256")
         need("read_turnaround_cycles", isinstance(self.read_turnaround_cycles, int)
              and 0 <= self.read_turnaround_cycles <= 255, "an integer from 0 to 255")
         for name in ("read_response_bytes", "store_packet_bytes", "tma_command_bytes"):

@@ -217,7 +217,12 @@ class SmEndpoint(wiring.Component):
     ctl_verify : In(1)
         Pulse: check every registered inbound region against the pattern.
     o_req, o_rsp : Out(stream.Signature(flit_layout))
-        Request-VC and response-VC flits to the injection shaper.
+        Request-VC and response-VC flits to the injection shaper.  The
+        request VC leaves through one FIFO of ``cfg.request_queue_flits``
+        flits in issue order: the streams' read commands, write commands and
+        write data merge round-robin into it, so a read command waits behind
+        the write data already queued (seed 000: read commands ride the
+        blocking request VC with the writes).
     i : In(CreditLink(flit_layout))
         Arriving flits from the GPCARB egress.
     o_init_done, o_verify_done : Out(1)
@@ -636,8 +641,18 @@ class SmEndpoint(wiring.Component):
         m.d.comb += [rsp_merge.i[2].valid.eq(bar_valid), rsp_merge.i[2].payload.eq(bar),
                      bar_ready.eq(rsp_merge.i[2].ready)]
         wiring.connect(m, rsp_merge.o, wiring.flipped(self.o_rsp))
-        wiring.connect(m, req_merge.o, wiring.flipped(self.o_req))
-        m.d.comb += ack.i_idle.eq(~req_merge.o.valid & ~resp.o.valid & ~bar_valid)
+        # The request VC is one FIFO in issue order: a read command waits behind
+        # the write data queued before it.
+        m.submodules.req_queue = req_queue = sync_fifo(width=layout.size,
+                                                       depth=cfg.request_queue_flits)
+        m.d.comb += [req_queue.w_data.eq(req_merge.o.payload),
+                     req_queue.w_en.eq(req_merge.o.valid),
+                     req_merge.o.ready.eq(req_queue.w_rdy),
+                     self.o_req.valid.eq(req_queue.r_rdy),
+                     self.o_req.payload.eq(req_queue.r_data),
+                     req_queue.r_en.eq(self.o_req.ready)]
+        m.d.comb += ack.i_idle.eq(~req_merge.o.valid & ~req_queue.r_rdy & ~resp.o.valid
+                                  & ~bar_valid)
 
         if self.checks:
             self._checks(m, got, hit, is_data, rports[0], pipes[0], c_src, c_sbase, c_lbase,
