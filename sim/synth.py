@@ -201,7 +201,8 @@ def _gx_plane(cfg):
 
 def _ack(cfg):
     from hdl.hopper.ack import AckCoalescer
-    return AckCoalescer(flit_layout=_dsm_layout(cfg), n_nodes=cfg.n_slots)
+    return AckCoalescer(flit_layout=_dsm_layout(cfg), n_nodes=cfg.n_slots,
+                        line_words=cfg.read_response_bytes // cfg.flit_bytes)
 
 
 def _sm_endpoint(cfg):
