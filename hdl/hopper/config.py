@@ -64,15 +64,16 @@ class DsmConfig(ConfigBase):
                                         "Calibrated between experiment B's TMA (20.29 B/cycle) "
                                         "and the 2-SM ring of D (21.3), which both cover")
     read_turnaround_cycles: int = _run(9, f"{SEED}: cycles from a read command's arrival at "
-                                           "the target SM to its first shared-memory read "
-                                           "(calibrated with max_outstanding_reads)")
+                                          "the target SM to its first shared-memory read "
+                                          "(calibrated with max_outstanding_reads on "
+                                          "experiment A's and B's loads)")
     request_queue_flits: int = _hw(10, f"{SEED}: 'Read commands use a blocking request VC' "
-                                      "shared with write commands and data: one FIFO of this "
-                                      "many flits holds the SM's request-VC flits in issue order "
-                                      "before the shaper, so a read command waits behind the "
-                                      "write data queued ahead of it. Depth not disclosed; "
-                                      "calibrated on experiment C's load plus TMA, opposite "
-                                      "directions (29.26 B/cycle)")
+                                       "shared with write commands and data: one FIFO of this "
+                                       "many flits holds the SM's request-VC flits in issue order "
+                                       "before the shaper, so a read command waits behind the "
+                                       "write data queued ahead of it. Depth not disclosed; "
+                                       "calibrated on experiment C's load plus TMA, opposite "
+                                       "directions (29.26 B/cycle)")
     responder_queue: int = _hw(16, f"{SEED}: read commands queued at the target SM (depth "
                                    "inferred)")
     link_buffer_flits: int = _hw(8, f"{SEED}: per-hop credit depth is not disclosed; 8 per VC "
