@@ -202,7 +202,7 @@ def _gx_plane(cfg):
 def _ack(cfg):
     from hdl.hopper.ack import AckCoalescer
     return AckCoalescer(flit_layout=_dsm_layout(cfg), n_nodes=cfg.n_slots,
-                        line_words=cfg.read_response_bytes // cfg.flit_bytes)
+                        line_words=cfg.read_response_flits)
 
 
 def _sm_endpoint(cfg):

@@ -122,7 +122,7 @@ class DsmConfig(ConfigBase):
             need(name, isinstance(value, int) and value >= self.flit_bytes
                  and value % self.flit_bytes == 0,
                  f"a positive multiple of flit_bytes ({self.flit_bytes})")
-        need("read_response_bytes", self.read_response_bytes // self.flit_bytes <= 8,
+        need("read_response_bytes", self.read_response_flits <= 8,
              f"at most 8 flits ({8 * self.flit_bytes} B)")
         for name in ("store_packet_bytes", "tma_command_bytes"):
             need(name, getattr(self, name) // self.flit_bytes <= 2048,
@@ -178,6 +178,12 @@ class DsmConfig(ConfigBase):
         """Bit mask of enabled GX planes (bit p: GXp on)."""
         names = {"gx0,gx1": 3, "gx1,gx0": 3, "gx0": 1, "gx1": 2}
         return names.get(str(self.gx_planes).replace(" ", ""), 0)
+
+    @property
+    def read_response_flits(self):
+        """Flits per read response (128 B / 32 B = 4); in the build's
+        configuration also the line of the GPCMMU route hash."""
+        return self.read_response_bytes // self.flit_bytes
 
     @property
     def smem_words(self):

@@ -574,7 +574,7 @@ class SmEndpoint(wiring.Component):
 
         # --- acknowledgements --------------------------------------------------
         ack = AckCoalescer(flit_layout=layout, n_nodes=cfg.n_slots,
-                           line_words=cfg.read_response_bytes // cfg.flit_bytes)
+                           line_words=cfg.read_response_flits)
         m.submodules.ack = ack
         m.d.comb += [
             ack.i_slot.eq(slot),

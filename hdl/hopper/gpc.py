@@ -58,7 +58,7 @@ def gpc_registers(cfg):
     """``{GpcReg: value}`` of the run-time fields of ``cfg``."""
     return {
         GpcReg.SHAPER_FLITS: cfg.shaper_flits, GpcReg.SHAPER_CYCLES: cfg.shaper_cycles,
-        GpcReg.READ_WORDS: cfg.read_response_bytes // cfg.flit_bytes,
+        GpcReg.READ_WORDS: cfg.read_response_flits,
         GpcReg.STORE_WORDS: cfg.store_packet_bytes // cfg.flit_bytes,
         GpcReg.TMA_WORDS: cfg.tma_command_bytes // cfg.flit_bytes,
         GpcReg.MAX_READS: cfg.max_outstanding_reads,
@@ -173,7 +173,7 @@ class Gpc(wiring.Component):
         cfg, layout = self.cfg, self.flit_layout
         depth = cfg.link_buffer_flits
         abits = max(cfg.smem_words - 1, 1).bit_length()
-        line_words = cfg.read_response_bytes // cfg.flit_bytes
+        line_words = cfg.read_response_flits
         counters = {}
 
         knobs = {}
