@@ -78,17 +78,17 @@ class Completer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
-        dp, mps = cfg.datapath_bytes, self.completion_bytes
+        dp, most = cfg.datapath_bytes, self.completion_bytes
         req, cpl = self.req, self.cpl
         serving = self.o_serving
         c_dst = Signal.like(req.payload.src)
         c_addr = Signal(32)
         c_left = Signal(13)
         c_tag = Signal(8)
-        c_beat = Signal(range(mps // dp + 1))
+        c_beat = Signal(range(most // dp + 1))
         c_head = Signal(init=1)
         c_len = Signal(13)
-        m.d.comb += c_len.eq(Mux(c_left > mps, mps, c_left))
+        m.d.comb += c_len.eq(Mux(c_left > most, most, c_left))
         c_at = c_addr + c_beat * dp
         m.d.comb += [cpl.valid.eq(serving), cpl.payload.kind.eq(TlpType.CPLD),
                      cpl.payload.vc.eq(FcClass.CPL), cpl.payload.src.eq(self.node),
