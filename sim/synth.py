@@ -390,9 +390,19 @@ def _config_class(fabric):
     return _fabric(fabric).config
 
 
+def _flatten(value):
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _flatten(item)
+    else:
+        yield value
+
+
 def _set_item(field, value):
-    """``FIELD=VALUE`` as ``--set`` takes it (a list or tuple comma-separated)."""
-    text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else value
+    """``FIELD=VALUE`` as ``--set`` takes it: a list or tuple comma-separated,
+    nested ones flattened (a TOML ``placement = [[0, 0], [1, 0]]`` becomes
+    ``placement=0,0,1,0``)."""
+    text = ",".join(map(str, _flatten(value))) if isinstance(value, (list, tuple)) else value
     return f"{field}={text}"
 
 

@@ -133,6 +133,16 @@ def test_bad_synthesis_input_is_refused(tmp_path, capsys):
         synth.synthesise("nothing", "ecp5", build_root=tmp_path)
 
 
+def test_a_config_file_gives_a_placement_as_cells_or_flat(tmp_path):
+    """A TOML array of [x, y] cells and a flat array both set the placement."""
+    top = synth.block_named("mesh_top")
+    for text in ("placement = [[1, 0], [0, 0]]", "placement = [1, 0, 0, 0]"):
+        path = tmp_path / "c.toml"
+        path.write_text(f"[mesh]\nmesh_cols = 2\nmesh_rows = 1\n{text}\n")
+        cfg = synth.block_config(top, synth.load_config_file(path)["mesh"])
+        assert (cfg.mesh_cols, cfg.mesh_rows, cfg.placement) == (2, 1, ((1, 0), (0, 0)))
+
+
 def test_units_start_longest_first_by_their_last_time(tmp_path):
     """Never-timed units first, the likely long ones (tops, the blocks kept
     hierarchical) before the small ones; then the timed ones, longest first.
