@@ -342,7 +342,8 @@ BLOCKS = {b.name: b for b in (
           ("ecp5",), f"{_DSM_SEED}, the whole GPC", top=True),
     Block("mesh_top", "mesh", _mesh,
           lambda c: (f"{c.mesh_cols}x{c.mesh_rows} mesh, {c.compute_shires} shires of "
-                     f"{c.neighbourhoods * c.minions_per_neighbourhood} minions"),
+                     f"{c.neighbourhoods * c.minions_per_neighbourhood} minions, "
+                     f"{c.flit_bytes} B flits"),
           ("ecp5",), f"{_MESH_SEED}, the chip's network", top=True),
     Block("pcie_top", "pcie", _pcie_system,
           lambda c: (f"{c.sockets} socket(s), {c.switches_per_socket} switch(es) of "
@@ -352,12 +353,23 @@ BLOCKS = {b.name: b for b in (
 
 #: Structural fields of the fabric tops when synthesised: the smallest
 #: machine that still has every kind of block (the default chips need several
-#: FPGAs' worth of memory).
+#: FPGAs' worth of memory).  Only the mesh's fits the ECP5-85F:
+#:
+#: - dsm: the GPC always has 18 SMs (the configuration allows no fewer), and
+#:   their shared memories alone take more block RAM than the part has.
+#: - mesh: two shires of two minions on a 2x1 mesh with 8 B flits.  With
+#:   16 B flits Yosys maps the 2x1 mesh to about 53,000 LUTs and nextpnr was
+#:   still placing it after 900 s; the 2x2 mesh (two routing-only cells
+#:   more) to about 69,500, which nextpnr cannot place.
+#: - pcie: a switch's or root complex's input queues must cover the credit
+#:   loop of the default latencies (``switch_buffer_beats`` at least 166), and
+#:   each queue of 325-bit TLP beats deeper than 16 entries takes ten DP16KD:
+#:   one socket with two GPUs needs 546 block RAMs of the part's 208.
 SMALL_TOPS = {
     # 96 KiB: the least shared memory the seed's 16-96 KiB tile sweep allows.
     "dsm": {"flit_bytes": 16, "smem_bytes": 96 * 1024},
-    "mesh": {"mesh_cols": 2, "mesh_rows": 2, "compute_shires": 2, "placement": (0, 0, 1, 0),
-             "neighbourhoods": 1, "minions_per_neighbourhood": 2},
+    "mesh": {"mesh_cols": 2, "mesh_rows": 1, "compute_shires": 2, "placement": (0, 0, 1, 0),
+             "neighbourhoods": 1, "minions_per_neighbourhood": 2, "flit_bytes": 8},
     "pcie": {"sockets": 1, "switches_per_socket": 1, "gpus_per_switch": 2},
 }
 

@@ -50,18 +50,19 @@ def test_a_block_past_its_time_is_reported_as_timed_out(tmp_path):
 
 
 def test_memories_that_overflow_the_part_stop_yosys_before_a_tops_logic(tmp_path, monkeypatch):
-    """The minion engine's register file maps to 8 DP16KD; on a part with 4,
-    built as a top, the row says so, counts the block RAMs and maps no
-    logic."""
+    """The minion engine's register file maps to several DP16KD (8 with the
+    default 16 B flits); on a part with one, built as a top (at the mesh's
+    small-top configuration), the row says so, counts the block RAMs and maps
+    no logic."""
     import dataclasses
     small = dataclasses.replace(synth.DEVICES["ecp5"],
-                                capacity=dict(synth.DEVICES["ecp5"].capacity, brams=4))
+                                capacity=dict(synth.DEVICES["ecp5"].capacity, brams=1))
     monkeypatch.setitem(synth.DEVICES, "ecp5", small)
     monkeypatch.setitem(synth.BLOCKS, "minion_engine",
                         dataclasses.replace(synth.BLOCKS["minion_engine"], top=True))
     row = synth.synthesise("minion_engine", "ecp5", build_root=tmp_path)
-    assert row["status"] == "does not fit" and row["brams"] == 8, row
-    assert "8 block RAMs (the part has 4)" in row["message"]
+    assert row["status"] == "does not fit" and row["brams"] > 1, row
+    assert f"{row['brams']} block RAMs (the part has 1)" in row["message"]
     assert "logic was not mapped" in row["message"]
     assert row["luts"] is None and row["ffs"] is None and row["fmax_mhz"] is None
     assert not list(tmp_path.glob("synth/*/stat.json"))
