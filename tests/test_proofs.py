@@ -177,3 +177,36 @@ def test_a_pass_is_reused_only_for_the_same_rtlil_and_depth(tmp_path):
 def test_check_rejects_a_bad_depth():
     with pytest.raises(ValueError, match="depth"):
         check(None, 0)
+
+
+def _flaky_yosys(monkeypatch, tmp_path, stops):
+    """Make ``check`` run a Yosys that exits with code 3 and a runtime error,
+    no verdict, on its first ``stops`` calls, and then the real one."""
+    import sys
+
+    import sim.prove
+
+    real = sim.prove._yosys()
+    script = (f"import os, sys; p = {str(tmp_path / 'calls')!r}\n"
+              "n = int(open(p).read()) if os.path.exists(p) else 0\n"
+              "open(p, 'w').write(str(n + 1))\n"
+              f"if n < {stops}:\n"
+              "    sys.stderr.write('wasm trap: out of bounds memory access\\n'); sys.exit(3)\n"
+              f"os.execv({real[0]!r}, {real!r} + sys.argv[1:])\n")
+    monkeypatch.setattr(sim.prove, "_yosys", lambda: [sys.executable, "-c", script])
+
+
+def test_a_yosys_that_stops_without_a_verdict_runs_once_more(tmp_path, monkeypatch, capsys):
+    _flaky_yosys(monkeypatch, tmp_path, stops=1)
+    result = check(RoundRobinHarness(3), 12, name="rr", workdir=tmp_path / "proof")
+    assert result.passed and (tmp_path / "calls").read_text() == "2"
+    assert "rr: Yosys stopped without a verdict (exit code 3)" in capsys.readouterr().err
+
+
+def test_a_yosys_that_stops_twice_fails_the_proof_with_both_exits(tmp_path, monkeypatch):
+    _flaky_yosys(monkeypatch, tmp_path, stops=2)
+    result = check(RoundRobinHarness(3), 12, name="rr", workdir=tmp_path / "proof")
+    assert not result.passed and (tmp_path / "calls").read_text() == "2"
+    assert result.log_tail.startswith("no counterexample: Yosys stopped early")
+    assert "Yosys exited with code 3\nwasm trap: out of bounds memory access" in result.log_tail
+    assert "(attempt 1 had stopped the same way: exit code 3, wasm trap" in result.log_tail
