@@ -203,6 +203,29 @@ def test_bad_message_size_is_refused_before_any_build():
         mesh.build_run(CFG, "x", mesh.PingPong(0, 32, op=4), set(), {})
 
 
+def test_message_size_paths_run_together_without_meeting():
+    """The four message-size streams share one run per size, so they must
+    share no shire, and the two mesh streams no directed link either way, or
+    one path's cost would include the other's traffic."""
+    cfg = mesh.build_config(MeshConfig(), mesh.EXPERIMENTS["message_size"])
+    paths = {p: (a, b, h) for p, a, b, h in mesh._size_paths(cfg)}
+    assert {p: mesh.hops(cfg.placement[a >> 5], cfg.placement[b >> 5])
+            for p, (a, b, _) in paths.items()} == {
+        "tree_edge": 0, "crossbar": 0, "mesh_near": 1, "mesh_far": 8}
+    assert (paths["tree_edge"][1] - paths["tree_edge"][0],
+            paths["crossbar"][1] - paths["crossbar"][0]) == (1, cfg.minions_per_neighbourhood)
+    shires = [{a >> 5, b >> 5} | {s for s in range(cfg.compute_shires) if cfg.placement[s]
+                                  in mesh.route_cells(cfg, a >> 5, b >> 5)
+                                  | mesh.route_cells(cfg, b >> 5, a >> 5)}
+              for a, b, _ in paths.values()]
+    assert sum(map(len, shires)) == len(set().union(*shires))
+    links = [set(mesh.xy_links(cfg, a >> 5, b >> 5)) | set(mesh.xy_links(cfg, b >> 5, a >> 5))
+             for p, (a, b, _) in paths.items() if p.startswith("mesh")]
+    assert links[0] and links[1] and not links[0] & links[1]
+    runs = mesh.build_runs(cfg, mesh.EXPERIMENTS["message_size"])
+    assert [len(r["programs"]) for r in runs] == [4] * len(mesh.MESSAGE_SIZES)
+
+
 def test_bad_tree_or_flows_are_refused_before_any_build():
     with pytest.raises(ValueError, match="op must be one of add, max, min, not 0"):
         mesh.build_run(CFG, "x", mesh.Tree(0b1, op=0), set(), {})

@@ -897,37 +897,67 @@ MESSAGE_SIZES = (1, 2, 4, 8, 16, 32, 64, 127)
 
 
 def _size_paths(cfg):
-    """(path, sender, receiver, hops) of the four paths the seed's stream measures.
+    """(path, sender, receiver, hops) of the four paths the seed's stream
+    measures, placed so all four can stream at once without meeting.
 
     The seed does not say which shires its two mesh paths join; their fixed
     costs (135 and 224 cycles, about the round trip minus 28 as on the two
-    in-shire paths) put them at about 1 and 8 to 9 hops, so the lowest-numbered
-    shires 1 and 8 hops from shire 0 are used.
+    in-shire paths) put them at about 1 and 8 to 9 hops.  The far path joins
+    shire 0 to the lowest-numbered shire 8 hops away; the near path joins the
+    first pair of shires 1 hop apart whose X-then-Y routes, both ways, share
+    no directed mesh link and no shire with the far path's; the tree-edge
+    (minion 0 to 1) and crossbar (minion 0 to minion ``mpn``, the next
+    neighbourhood) paths run inside the two lowest-numbered shires that
+    neither mesh route touches.
+
+    Raises
+    ------
+    ValueError
+        If the build has fewer than two neighbourhoods of two minions, or its
+        placement has no such shires.
     """
     mpn = cfg.minions_per_neighbourhood
 
     _need_two_neighbourhoods(cfg)
+    far = next((s for s in range(1, cfg.compute_shires)
+                if hops(cfg.placement[0], cfg.placement[s]) == 8), None)
+    if far is None:
+        raise ValueError("placement must put a shire 8 hops from shire 0 for the message-size "
+                         "paths")
 
-    def at(distance):
-        found = [s for s in range(1, cfg.compute_shires) if hops(cfg.placement[0], cfg.placement[s]) == distance]
-        if not found:
-            raise ValueError(f"placement must put a shire {distance} hops from shire 0 for the "
-                             "message-size paths")
-        return found[0]
-    near, far = at(1), at(8)
-    return (("tree_edge", cfg.minion_id(0, 0), cfg.minion_id(0, 1), 0),
-            ("crossbar", cfg.minion_id(0, 0), cfg.minion_id(0, mpn), 0),
-            ("mesh_near", cfg.minion_id(0, 0), cfg.minion_id(near, 0),
-             hops(cfg.placement[0], cfg.placement[near])),
-            ("mesh_far", cfg.minion_id(0, 0), cfg.minion_id(far, 0),
-             hops(cfg.placement[0], cfg.placement[far])))
+    def touched(a, b):
+        return {a, b} | {s for s in range(cfg.compute_shires)
+                         if cfg.placement[s] in route_cells(cfg, a, b) | route_cells(cfg, b, a)}
+
+    far_links = set(xy_links(cfg, 0, far)) | set(xy_links(cfg, far, 0))
+    near = next(((a, b) for a, b in itertools.combinations(range(cfg.compute_shires), 2)
+                 if hops(cfg.placement[a], cfg.placement[b]) == 1
+                 and not touched(a, b) & touched(0, far)
+                 and not (set(xy_links(cfg, a, b)) | set(xy_links(cfg, b, a))) & far_links),
+                None)
+    if near is None:
+        raise ValueError("placement must have two shires 1 hop apart off the 8-hop route "
+                         "from shire 0 for the message-size paths")
+    busy = touched(0, far) | touched(*near)
+    free = [s for s in range(cfg.compute_shires) if s not in busy][:2]
+    if len(free) < 2:
+        raise ValueError("compute_shires must leave two shires off the mesh routes for the "
+                         "message-size paths")
+    edge, xbar = free
+    return (("tree_edge", cfg.minion_id(edge, 0), cfg.minion_id(edge, 1), 0),
+            ("crossbar", cfg.minion_id(xbar, 0), cfg.minion_id(xbar, mpn), 0),
+            ("mesh_near", cfg.minion_id(near[0], 0), cfg.minion_id(near[1], 0), 1),
+            ("mesh_far", cfg.minion_id(0, 0), cfg.minion_id(far, 0), 8))
 
 
 def _size_runs(cfg):
-    for path, a, b, h in _size_paths(cfg):
-        for n in MESSAGE_SIZES:
-            yield (f"{path}: {n} registers", OneWay(a, b, nregs=n, exchanges=6),
-                   {"path": path, "nregs": n, "hops": h})
+    """One run per message size, the four paths of :func:`_size_paths`
+    streaming together (they share no minion, shire, router or link)."""
+    paths = _size_paths(cfg)
+    for n in MESSAGE_SIZES:
+        yield (f"{n} registers on " + ", ".join(p for p, *_ in paths),
+               [OneWay(a, b, nregs=n, exchanges=6) for _, a, b, _ in paths],
+               [{"path": p, "nregs": n, "hops": h} for p, _, _, h in paths])
 
 
 def _size_rows(cfg, runs, measured):
@@ -1324,8 +1354,10 @@ EXPERIMENTS = {e.name: e for e in (
                notes=(_REDUCED_NOTE,
                       "Six messages per size; the time per message is the spacing of the "
                       "receiver's completions. The seed names four paths without their hop "
-                      "counts; shires 1 and 8 hops from shire 0 stand in for its two mesh paths "
-                      "(see sim/experiments/mesh.py, _size_paths).",
+                      "counts; a pair of shires 1 hop apart and shire 0 with a shire 8 hops "
+                      "away stand in for its two mesh paths (see sim/experiments/mesh.py, "
+                      "_size_paths). The four paths stream at the same time, one run per "
+                      "size, in shires and over links none of the others touch.",
                       "Known gap: the cost per register. Every path but the tree edge crosses "
                       "the shire crossbar's 19-cycle stage towards a neighbourhood, whose "
                       "8 credits per VC allow 8 flits per ~23-cycle credit loop, so the "
