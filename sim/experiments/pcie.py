@@ -62,10 +62,12 @@ class Experiment:
 
     def sweep(self, cfg):
         """Bytes each pair copies, one run each: :data:`SWEEP_BYTES`, or for a
-        staged copy 2, 3 and 4 chunks (field ``chunk``), so the fit covers the
-        double buffering's steady state."""
+        staged copy 2 and 4 chunks (field ``chunk``), so the fitted slope is
+        two chunks of the double buffering's steady state.  (A run of 3 chunks
+        would not move the slope: a least-squares line through three equally
+        spaced sizes has the slope of its outer two points.)"""
         if self.mode == GpuMode.STAGED:
-            return tuple(k * getattr(cfg, self.chunk) for k in (2, 3, 4))
+            return tuple(k * getattr(cfg, self.chunk) for k in (2, 4))
         return SWEEP_BYTES
 
 
@@ -373,8 +375,9 @@ _STAGED = (
     "max_payload_bytes) once the destination has read chunk k-2 out of the same buffer; "
     "the destination's copy engine reads chunk k (reads of max_read_request_bytes, 512 B, "
     "completions of 128 B) once all of it has landed; each sees the other's progress "
-    "host_event_cycles (1 us) to twice that late. Sizes of 2, 3 and 4 chunks per pair; the fitted slope "
-    "is the steady state, without the first write and the last read that nothing overlaps.",
+    "host_event_cycles (1 us) to twice that late. Sizes of 2 and 4 chunks per pair; the slope "
+    "between them is the steady state of two chunks, without the first write and the last "
+    "read that nothing overlaps.",
     "Why a staged pair in one socket is slower than across two, and why two staged pairs "
     "on one switch halve: every byte written into or read out of host memory through a "
     "root port draws on one budget, root_host_bytes_per_cycle (41 B/ns, calibrated on the "
@@ -404,7 +407,7 @@ _PAGEABLE = (
     "handed over by the host thread host_event_cycles (1 us) to twice that late. The "
     "chunk size is not in the seed: it was calibrated on the same-socket row (64 KiB "
     "gives 15.2 GB/s, 128 KiB 17.5, 256 KiB 18.9); the cross-socket row is a "
-    "prediction. Sizes of 2, 3 and 4 chunks per pair.",
+    "prediction. Sizes of 2 and 4 chunks per pair.",
     "Why pageable copies lose to the seed's own double buffering (17.8 against 20.34 GB/s "
     "in one socket): with chunks of 128 KiB against 1 MiB, the event latency each chunk "
     "waits for is a larger share of its time. Why the cross-socket copy is faster than "
