@@ -395,7 +395,7 @@ _STAGED = (
     "finishes last.",
     "In the 8-GPU ring each root port carries eight passes, two for each of its three "
     "same-socket pairs and one for each cross-socket pair's write or read, and the eight "
-    "pairs share them evenly: their fits lie within 4.58 to 4.60 GB/s, as the seed's "
+    "pairs share them evenly: their fits lie within 4.67 to 4.69 GB/s, as the seed's "
     "within 4.71 to 4.72.")
 
 _PAGEABLE = (
