@@ -755,7 +755,10 @@ def check(harness, depth, *, name="proof", workdir=None, timeout=600, cache=Fals
         Folder for the RTLIL file, the log and a counterexample VCD
         (default ``build/proofs/<name>``).
     timeout : float
-        Seconds before the solver is stopped (the proof then fails).
+        Seconds before the solver is stopped (the proof then fails).  A
+        Yosys that exits with neither a proof nor a counterexample runs once
+        more; a second such exit fails the proof, its tail giving both exit
+        codes and Yosys's last output.
     cache : bool
         Skip the solver when ``workdir/passed.json`` records a pass of the
         same RTLIL, script and Yosys (the result then gives that run's

@@ -926,19 +926,20 @@ def _size_paths(cfg):
                          "paths")
 
     def touched(a, b):
-        return {a, b} | {s for s in range(cfg.compute_shires)
-                         if cfg.placement[s] in route_cells(cfg, a, b) | route_cells(cfg, b, a)}
+        cells = route_cells(cfg, a, b) | route_cells(cfg, b, a)
+        return {a, b} | {s for s in range(cfg.compute_shires) if cfg.placement[s] in cells}
 
-    far_links = set(xy_links(cfg, 0, far)) | set(xy_links(cfg, far, 0))
+    def links(a, b):
+        return set(xy_links(cfg, a, b)) | set(xy_links(cfg, b, a))
+
+    far_shires, far_links = touched(0, far), links(0, far)
     near = next(((a, b) for a, b in itertools.combinations(range(cfg.compute_shires), 2)
                  if hops(cfg.placement[a], cfg.placement[b]) == 1
-                 and not touched(a, b) & touched(0, far)
-                 and not (set(xy_links(cfg, a, b)) | set(xy_links(cfg, b, a))) & far_links),
-                None)
+                 and not touched(a, b) & far_shires and not links(a, b) & far_links), None)
     if near is None:
         raise ValueError("placement must have two shires 1 hop apart off the 8-hop route "
                          "from shire 0 for the message-size paths")
-    busy = touched(0, far) | touched(*near)
+    busy = far_shires | touched(*near)
     free = [s for s in range(cfg.compute_shires) if s not in busy][:2]
     if len(free) < 2:
         raise ValueError("compute_shires must leave two shires off the mesh routes for the "
