@@ -43,6 +43,17 @@ def test_regions_that_overflow_shared_memory_are_rejected():
         dsm.build_run(DsmConfig(), streams, "x")
 
 
+def test_a_smaller_shared_memory_has_a_hardware_configuration():
+    # The default tile sizes (up to 96 KiB) do not fit 32 KiB; the build key
+    # keeps the structural field and the run-time defaults without refusing.
+    cfg = DsmConfig(smem_bytes=32 * 1024, payload_kib=(16, 32))
+    hardware = cfg.hardware()
+    assert hardware.smem_bytes == 32 * 1024
+    assert hardware.payload_kib == DsmConfig().payload_kib
+    assert hardware == DsmConfig(smem_bytes=32 * 1024, payload_kib=(8, 16)).hardware()
+    assert hardware != DsmConfig().hardware()
+
+
 def test_set_parses_by_field_type():
     cfg = parse_overrides(DsmConfig, ["cluster_size=4", "payload_kib=16,32", "gx_planes=gx0",
                                       "sm_clock_ghz=1.5", "ack_threshold_flits=0x10"])

@@ -123,6 +123,27 @@ def test_ack_coalescer_rejects_a_bad_line_size():
         AckCoalescer(flit_layout=make_flit_layout(DsmConfig()), n_nodes=2, line_words=0)
 
 
+@pytest.mark.parametrize("addr_bits", [10, 13, 14, 16])
+def test_payload_pattern_has_one_layout_whatever_the_address_width(addr_bits):
+    # A smaller shared memory gives narrower address expressions: the fill's
+    # and the arrival check's words must still agree with each other and with
+    # the testbench's integers.
+    from amaranth import Module, Signal
+    from hdl.hopper.endpoint import pattern_word
+    m = Module()
+    slot, addr = Signal(3), Signal(addr_bits)
+    word = Signal(32 * 2)
+    m.d.comb += word.eq(pattern_word(slot, addr, 0x15A, 2))
+
+    async def bench(ctx):
+        for s, a in ((5, 0), (2, 1000), (7, (1 << min(addr_bits, 14)) - 1)):
+            ctx.set(slot, s)
+            ctx.set(addr, a)
+            assert ctx.get(word) == pattern_word(s, a, 0x15A, 2)
+
+    _run(m, bench, clocked=False)
+
+
 def test_flit_kinds_map_to_the_seed_virtual_channels():
     from hdl.common.flit import VC_OF_KIND
     assert VC_OF_KIND[Kind.RD_CMD] == VC.REQ and VC_OF_KIND[Kind.WR_DATA] == VC.REQ

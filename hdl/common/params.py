@@ -5,6 +5,7 @@ cache) or run-time (written into the running model's registers, so changing
 it needs no rebuild); each carries the source of its default.
 """
 
+import copy
 import dataclasses
 from dataclasses import field
 
@@ -28,11 +29,18 @@ class ConfigBase:
         """This configuration with every run-time field at its default.
 
         Two configurations with equal ``hardware()`` share one Verilog build.
+        The copy is not validated again: a run-time default need not suit a
+        structural what-if (the default tile sizes exceed a smaller shared
+        memory, say), and the hardware configuration only shapes the RTL; the
+        run-time values a run writes into it come from the validated
+        configuration itself.
         """
         defaults = type(self)()
-        return dataclasses.replace(self, **{f.name: getattr(defaults, f.name)
-                                            for f in dataclasses.fields(self)
-                                            if not f.metadata.get("structural")})
+        hardware = copy.copy(self)
+        for f in dataclasses.fields(self):
+            if not f.metadata.get("structural"):
+                object.__setattr__(hardware, f.name, getattr(defaults, f.name))
+        return hardware
 
     def structural(self):
         """Tuple of (name, value) of the fields that shape the RTL (build-cache key)."""

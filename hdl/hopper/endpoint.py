@@ -98,8 +98,11 @@ def pattern_word(slot, addr, seed, lanes):
             lane = (i & 0xF) | (addr & 0x3FFF) << 4 | (slot & 0x1F) << 18 | (seed & 0x1FF) << 23
             word |= lane << (32 * i)
         return word
-    slot5 = Cat(slot, Const(0, 5))[:5]      # a narrower slot, zero-extended
-    return Cat(*(Cat(Const(i, 4), addr[:14], slot5, Const(seed, 9) if isinstance(seed, int)
+    # narrower values zero-extended, so every caller's word has one layout
+    # whatever the width of its address expression (a smaller shared memory)
+    slot5 = Cat(slot, Const(0, 5))[:5]
+    addr14 = Cat(addr, Const(0, 14))[:14]
+    return Cat(*(Cat(Const(i, 4), addr14, slot5, Const(seed, 9) if isinstance(seed, int)
                      else seed[:9]) for i in range(lanes)))
 
 
