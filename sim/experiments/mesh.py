@@ -1365,9 +1365,18 @@ EXPERIMENTS = {e.name: e for e in (
                       "crossbar and near mesh paths come out at 5.7 cycles per register; the "
                       "tree edge moves a flit per cycle (2.0). At 8 hops the send window "
                       "binds as well (6.9 per register), which also pulls that path's fitted "
-                      "fixed cost below the seed's. The seed's 2.3 / 4.0 / 3.0 / 4.6 need a "
-                      "faster crossbar-to-neighbourhood path, which would move the 1 KB knee "
-                      "the window is calibrated to.")),
+                      "fixed cost below the seed's. With link_buffer_flits=24 (credits cover "
+                      "that stage) and send_window_flits=87 the near mesh path moves a "
+                      "register in 3.00 cycles, the mesh link's 16 B per 400 MHz cycle, the "
+                      "8-hop path in 4.16 and the crossbar path in 2.0; but a 1 KB message "
+                      "(64 flits) then never fills the window, and 1 KB round trips rise 12.0 "
+                      "cycles per hop beyond 5 hops instead of 27-36. No one window of W flits "
+                      "gives both: the 8-hop stream's 4.6 (2.3 cycles per flit) needs its "
+                      "ACKs back from 8 hops in 2.3 W cycles, a knee at 5 hops needs them "
+                      "back from 5 hops in 1.5 W cycles (the mesh link's pace), and the 3 "
+                      "hops between add 36 cycles; so W = 45 flits and ACKs back from 5 hops "
+                      "in 68 cycles, a third of the seed's 210-cycle round trip there. The "
+                      "defaults keep the 1 KB knee, which the seed states as a finding.")),
     Experiment("layouts", "TensorSend layouts: which ones hang",
                _layout_runs, _layout_rows, REDUCED,
                notes=(_REDUCED_NOTE,
