@@ -1319,7 +1319,14 @@ EXPERIMENTS = {e.name: e for e in (
                       "The seed's two sessions fitted 234 + 24 ns per hop (three cards, worst "
                       "residual 15 cycles) and 246 + 20.4 ns per hop (first session); the "
                       "rows' ranges span both. Credits ride the same routers as messages, "
-                      "so the model's credits cost what its messages cost per hop.")),
+                      "so the model's credits cost what its messages cost per hop.",
+                      "Known gap: the median pair's difference. A credit is one flit, a "
+                      "one-register TensorSend three (its header and two 16 B data flits), "
+                      "and the mesh link moves a flit per 1.5 minion cycles, so a credit "
+                      "round trip ends 2 x 2 x 1.5 = 6 cycles sooner. On the chip the two "
+                      "coincide, so there a credit costs about what a one-register message "
+                      "does; the seed does not say why, and no latency was added to make "
+                      "them agree.")),
     Experiment("barrier", "FLB plus credit barrier inside a shire",
                _barrier_runs, _barrier_rows, ONE_SHIRE,
                notes=("One whole shire of 32 minions on a 1x1 mesh. Minions 0 to n-1 of the "
