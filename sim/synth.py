@@ -356,7 +356,11 @@ BLOCKS = {b.name: b for b in (
 #: FPGAs' worth of memory).  Only the mesh's fits the ECP5-85F:
 #:
 #: - dsm: the GPC always has 18 SMs (the configuration allows no fewer), and
-#:   their shared memories alone take more block RAM than the part has.
+#:   their shared memories alone take more block RAM than the part has: each
+#:   has three read ports (two streams and the responder), which Yosys maps
+#:   as three copies, each at least four 36-bit-wide blocks for 16 B words:
+#:   216 block RAMs against the part's 208 even with ``smem_bytes`` at 8, 4
+#:   or 1 KiB (measured), more above 8 KiB.
 #: - mesh: two shires of two minions on a 2x1 mesh with 8 B flits.  With
 #:   16 B flits Yosys maps the 2x1 mesh to about 53,000 LUTs and nextpnr was
 #:   still placing it after 900 s; the 2x2 mesh (two routing-only cells
