@@ -128,7 +128,8 @@ def fit_affine(payload_bytes: Sequence[int], cycles: Sequence[float]) -> AffineF
     ValueError
         If the lengths differ, a value is not finite, a payload is negative,
         fewer than two distinct payload sizes are given, or the fitted slope is
-        not positive (time must grow with payload for a bandwidth to exist).
+        not positive or rises by under one cycle across the sizes (time must
+        grow with payload for a bandwidth to exist).
     """
     if len(payload_bytes) != len(cycles):
         raise ValueError(
@@ -161,6 +162,13 @@ def fit_affine(payload_bytes: Sequence[int], cycles: Sequence[float]) -> AffineF
     # The seed normalises by the fitted rise across the sweep, not by the mean
     # elapsed time, so a large fixed intercept cannot hide a poor slope fit.
     fitted_rise = beta * float(distinct[-1] - distinct[0])
+    if fitted_rise < 1.0:
+        # Counted cycles are integers: a rise under one cycle is rounding
+        # noise (sizes that fill the same flits), not a bandwidth.
+        raise ValueError(
+            f"elapsed cycles rise by {fitted_rise:.3g} across the payload sizes, under one "
+            "cycle: the sizes do not differ in what the model moves"
+        )
     return AffineFit(
         alpha_cycles=float(alpha),
         beta_cycles_per_byte=float(beta),

@@ -14,6 +14,7 @@ from sim.experiments import dsm
     ({"cluster_size": 2, "placement": (0, 18)}, "placement"),
     ({"payload_kib": (16, 24.01)}, "payload_kib"),
     ({"payload_kib": (16, 256)}, "payload_kib"),
+    ({"payload_kib": (0.015625, 0.03125)}, "payload_kib"),     # 16 B and 32 B: one flit each
     ({"gx_planes": ""}, "gx_planes"),
     ({"gx_planes": "none"}, "gx_planes"),
     ({"flit_bytes": 24}, "flit_bytes"),

@@ -66,6 +66,7 @@ def test_to_json_has_exactly_the_stored_keys():
         ([], [], r"at least 2 distinct payload sizes.*not 0"),
         ([1024, 2048, 3072], [300.0, 200.0, 100.0], r"beta must be positive"),
         ([1024, 2048], [100.0, 100.0], r"beta must be positive"),
+        ([16, 32], [57.0, 57.0 + 1e-9], r"rise by 1e-09 .* under one cycle"),
         ([1024, 2048], [100.0, float("nan")], r"must all be finite"),
         ([-1024, 2048], [100.0, 200.0], r"non-negative"),
     ],

@@ -157,6 +157,10 @@ class DsmConfig(ConfigBase):
                  and (kib * 1024) % 16 == 0 and kib * 1024 <= self.smem_bytes,
                  f"sizes in KiB that are multiples of 16 B and at most smem_bytes "
                  f"({self.smem_bytes} B)")
+        # Sizes filling the same number of flits move the same data: no slope.
+        need("payload_kib", len({-(-int(kib * 1024) // self.flit_bytes)
+                                 for kib in self.payload_kib}) >= 2,
+             f"at least two sizes that differ in flits of flit_bytes ({self.flit_bytes} B)")
         need("sm_clock_ghz", isinstance(self.sm_clock_ghz, (int, float))
              and 0 < self.sm_clock_ghz < 10, "a clock in GHz between 0 and 10")
         need("data_seed", isinstance(self.data_seed, int) and 0 <= self.data_seed < 512,
