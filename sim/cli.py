@@ -48,7 +48,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _writable_folder(path, what):
-    """Create folder ``path`` if needed and check that files can be written in it.
+    """Create folder ``path`` if needed and check that files can be written in
+    it; returns True when it created the folder.
 
     Raises
     ------
@@ -56,6 +57,7 @@ def _writable_folder(path, what):
         If it cannot be created or written; the message names ``what`` (the
         option) and the folder.
     """
+    created = not path.exists()
     try:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=path):
@@ -63,6 +65,7 @@ def _writable_folder(path, what):
     except OSError as error:
         raise UsageError(f"{what} must be a folder fabricsim can write, not {str(path)!r} "
                          f"({error.strerror or error})") from None
+    return created
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,7 +174,7 @@ def parse_overrides(config_cls, items):
             raise UsageError(_unparsable(defaults, name, text)) from None
         changes[name] = value
     try:
-        return dataclasses.replace(defaults, **changes)
+        return defaults.replace(**changes)
     except ValueError as error:
         raise UsageError(str(error)) from None
 
@@ -456,7 +459,7 @@ def _cmd_run(args):
     jobs = [plan_job(fabric, name, sets[fabric]) for fabric, name in pairs]
     # ... and so does a folder the results or the builds cannot be written to.
     results_dir = Path(args.results)
-    _writable_folder(results_dir, "--results")
+    new_results_dir = _writable_folder(results_dir, "--results")
     _writable_folder(Path(args.build), "--build")
     run_root = Path(args.build) / "runs" / args.sim
     builds = list(dict.fromkeys(b for job in jobs for b in job_verilog(job)))
@@ -500,6 +503,8 @@ def _cmd_run(args):
                        if reused else "simulated")
                 console.log(f"{job.fabric}.{job.name}: {n_runs} runs in {seconds:.0f} s, {how}, "
                             f"{met}/{len(data['rows'])} rows met -> {out}")
+    if new_results_dir and not any(results_dir.iterdir()):
+        results_dir.rmdir()     # nothing came out: leave no empty results folder
     return 1 if failed else 0
 
 

@@ -77,7 +77,20 @@ CASES = [
     ("mesh-flit-width", ["run", "mesh.round_trip", "--set", "flit_bytes=33"],
      "flit_bytes must be one of 8, 16, 32, not 33"),
     ("mesh-zero-credits", ["run", "mesh.round_trip", "--set", "link_buffer_flits=0"],
-     "link_buffer_flits must be an integer from 1 to 64, not 0"),
+     "link_buffer_flits must be an integer from 2 to 64 (a clock-domain-crossing FIFO holds "
+     "at least two), not 0"),
+    ("mesh-one-credit", ["run", "mesh.three_speeds", "--set", "link_buffer_flits=1"],
+     "link_buffer_flits must be an integer from 2 to 64"),
+    ("mesh-one-hop-count", ["run", "mesh.three_speeds", "--set", "mesh_cols=2", "--set",
+                            "mesh_rows=1", "--set", "compute_shires=2", "--set", "placement=0,0,1,0"],
+     "compute_shires (2) and placement must give at least 2 different mesh hop counts from "
+     "shire 0 for a fit per hop, not [1]"),
+    ("mesh-no-far-pairs", ["run", "mesh.one_kb", "--set", "mesh_cols=2", "--set", "mesh_rows=2",
+                           "--set", "compute_shires=4", "--set", "placement=0,0,1,0,0,1,1,1"],
+     "compute_shires (4) and placement must give at least 2 different mesh hop counts from 5 "
+     "hops on for a fit per hop, not none"),
+    ("dsm-sizes-in-one-flit", ["run", "dsm.one_way", "--set", "payload_kib=0.015625,0.03125"],
+     "payload_kib must be at least two sizes that differ in flits of flit_bytes (32 B)"),
     ("mesh-too-many-shires", ["run", "mesh.round_trip", "--set", "compute_shires=40"],
      "compute_shires must be an integer from 1 to 32, not 40"),
     ("mesh-neighbourhoods", ["run", "mesh.round_trip", "--set", "neighbourhoods=3"],
@@ -169,3 +182,24 @@ def test_malformed_result_leaves_the_old_report(tmp_path, capsys):
     _assert_refused(status, err, "")
     assert "peer_copy.json" in err
     assert (results / "report.md").read_text() == "previous report\n"
+
+
+def test_a_run_that_fails_leaves_no_empty_results_folder(tmp_path, capsys, monkeypatch):
+    import concurrent.futures
+
+    import sim.cli
+
+    def generate(fabric, hardware, build_root):
+        raise IndexError("generation broke")
+
+    monkeypatch.setattr(sim.cli, "pool", lambda jobs: concurrent.futures.ThreadPoolExecutor(1))
+    monkeypatch.setattr(sim.cli, "generate", generate)
+    monkeypatch.setattr(sim.cli, "execute_or_error",
+                        lambda job, *args: (None, 0, 0, 0, "simulator build failed"))
+    status, err = _run(tmp_path, capsys, ["run", "dsm.one_way"])
+    assert status == 1 and "failed" in err
+    assert not (tmp_path / "results").exists()
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    status, _ = _run(tmp_path, capsys, ["run", "dsm.one_way"], results=kept)
+    assert status == 1 and kept.is_dir()    # a folder the user made stays

@@ -6,7 +6,7 @@ from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
 from hdl.common.credit import LinkPipeline
-from hdl.etsoc.config import COMBINE_OPS, MeshConfig, tree_edge
+from hdl.etsoc.config import COMBINE_OPS, DEFAULT_PLACEMENT, MeshConfig, tree_edge
 from hdl.etsoc.engine import Couple, EngineReg, MinionEngine, MsgKind
 from hdl.etsoc.mesh import make_flit_layout
 from sim.experiments.mesh import PingPong, expected_checksums
@@ -161,6 +161,15 @@ def test_tree_edges_of_a_neighbourhood():
 def test_bad_configuration_names_the_field(field, value, message):
     with pytest.raises(ValueError, match=message):
         MeshConfig(**{field: value})
+
+
+def test_fewer_shires_take_the_default_placement_s_first_cells():
+    # A placement the configuration filled in is filled in again; one given is kept.
+    assert MeshConfig().replace(compute_shires=4).placement == DEFAULT_PLACEMENT[:4]
+    given = MeshConfig(compute_shires=2, placement=((5, 5), (4, 5)))
+    assert given.replace(router_hop_mesh_cycles=3).placement == ((5, 5), (4, 5))
+    with pytest.raises(ValueError, match="placement must be 3 "):
+        given.replace(compute_shires=3)
 
 
 def test_flat_placement_from_the_command_line():

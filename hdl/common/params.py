@@ -25,6 +25,36 @@ def runtime_field(default, source):
 class ConfigBase:
     """Methods of a frozen configuration dataclass built from these fields."""
 
+    #: Fields whose empty default the configuration fills in from its other
+    #: fields (``MeshConfig.placement``, from ``compute_shires``); see
+    #: :meth:`replace`.
+    DERIVED = ()
+
+    def replace(self, **changes):
+        """A copy with ``changes`` applied, validated as the constructor does.
+
+        A field of :attr:`DERIVED` that ``changes`` leaves alone, and that
+        holds what the configuration would fill in anyway, is filled in again
+        from the new values: changing ``compute_shires`` alone gives the
+        default placement's first ``compute_shires`` cells, not its 32.
+
+        Raises
+        ------
+        ValueError
+            If the copy is not a valid configuration (the message names the
+            field and the allowed values).
+        """
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}
+        for name in self.DERIVED:
+            if changes and name not in changes:
+                try:
+                    derived = dataclasses.replace(self, **{name: defaults[name]})
+                except ValueError:
+                    continue
+                if getattr(derived, name) == getattr(self, name):
+                    changes = {**changes, name: defaults[name]}
+        return dataclasses.replace(self, **changes)
+
     def hardware(self):
         """This configuration with every run-time field at its default.
 

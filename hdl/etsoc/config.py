@@ -65,8 +65,12 @@ class MeshConfig(ConfigBase):
     Units are in the names: ``_cycles`` minion clock cycles (600 MHz) unless
     ``_mesh_cycles`` (mesh clock, 400 MHz), ``_flits`` flits of
     ``flit_bytes``.  Invalid values raise :class:`ValueError` naming the field
-    and the allowed values.
+    and the allowed values.  An empty ``placement`` is filled in from
+    ``compute_shires`` (:meth:`~hdl.common.params.ConfigBase.replace` fills it
+    in again when ``compute_shires`` changes).
     """
+
+    DERIVED = ("placement",)
 
     # --- mesh (seed 002, "Where the shires are: a 6x6 mesh") -------------------
     mesh_cols: int = _hw(6, f"{SEED}: 'Where the shires are: a 6x6 mesh'")
@@ -128,7 +132,9 @@ class MeshConfig(ConfigBase):
         need("mesh_cols", self.mesh_cols * self.mesh_rows >= self.compute_shires,
              f"large enough with mesh_rows ({self.mesh_rows}) to hold the "
              f"{self.compute_shires} compute shires")
-        posint("link_buffer_flits", 64)
+        v = self.link_buffer_flits
+        need("link_buffer_flits", isinstance(v, int) and not isinstance(v, bool) and 2 <= v <= 64,
+             "an integer from 2 to 64 (a clock-domain-crossing FIFO holds at least two)")
         posint("watchdog_cycles", 1 << 30)
         for name in ("engine_send_cycles", "engine_recv_cycles", "tree_edge_cycles",
                      "crossbar_cycles", "mesh_port_cycles"):

@@ -231,7 +231,7 @@ class Part:
 
 def build_config(cfg, exp, explicit=()):
     """``cfg`` with the experiment's build fields, except those in ``explicit``."""
-    return dataclasses.replace(cfg, **{k: v for k, v in exp.build if k not in explicit})
+    return cfg.replace(**{k: v for k, v in exp.build if k not in explicit})
 
 
 def build_parts(cfg, exp, explicit=()):
@@ -245,7 +245,7 @@ def build_parts(cfg, exp, explicit=()):
     """
     if not exp.parts:
         return [(None, build_config(cfg, exp, explicit))]
-    return [(p.name, dataclasses.replace(cfg, **{k: v for k, v in p.build if k not in explicit}))
+    return [(p.name, cfg.replace(**{k: v for k, v in p.build if k not in explicit}))
             for p in exp.parts]
 
 
@@ -586,6 +586,23 @@ def _measured(runs, results, side="a"):
             for p in run["programs"]]
 
 
+def _need_hop_counts(cfg, counts, where, least=2):
+    """Refuse a build whose shire pairs give fewer than ``least`` distinct mesh
+    hop counts ``counts`` (``where`` says which pairs), since a fit of cycles
+    per hop needs them.
+
+    Raises
+    ------
+    ValueError
+        Naming ``compute_shires`` and the hop counts there are.
+    """
+    found = sorted(set(counts))
+    if len(found) < least:
+        raise ValueError(f"compute_shires ({cfg.compute_shires}) and placement must give at "
+                         f"least {least} different mesh hop counts {where} for a fit per "
+                         f"hop, not {found or 'none'}")
+
+
 def _affine(xs, ys):
     slope, intercept = np.polyfit(np.asarray(xs, float), np.asarray(ys, float), 1)
     residuals = np.asarray(ys, float) - (intercept + slope * np.asarray(xs, float))
@@ -677,8 +694,10 @@ def pairs_runs(cfg, nregs=1, pairs=None, credits=False):
     the same pairs passing credits (:class:`CreditPingPong`) instead, each
     program's meta saying which (``"signal"``: ``"tensor_send"`` or
     ``"credit"``).  Yields ``(label, programs, metas)``."""
-    if pairs is None:
-        pairs = itertools.combinations(range(cfg.compute_shires), 2)
+    pairs = list(itertools.combinations(range(cfg.compute_shires), 2) if pairs is None
+                 else pairs)
+    _need_hop_counts(cfg, (hops(cfg.placement[a], cfg.placement[b]) for a, b in pairs),
+                     "between the measured pairs of shires")
     for i, r in enumerate(pack_pairs(cfg, pairs)):
         for program, signal in ((PingPong, "tensor_send"), (CreditPingPong, "credit"))[
                 :1 + bool(credits)]:
@@ -819,6 +838,12 @@ ONE_KB_KNEE_HOPS = 5
 
 
 def _one_kb_runs(cfg):
+    distances = [hops(cfg.placement[a], cfg.placement[b])
+                 for a, b in itertools.combinations(range(cfg.compute_shires), 2)]
+    _need_hop_counts(cfg, (h for h in distances if h <= ONE_KB_KNEE_HOPS),
+                     f"up to {ONE_KB_KNEE_HOPS} hops")
+    _need_hop_counts(cfg, (h for h in distances if h >= ONE_KB_KNEE_HOPS),
+                     f"from {ONE_KB_KNEE_HOPS} hops on")
     return pairs_runs(cfg, ONE_KB_REGISTERS)
 
 
@@ -853,6 +878,8 @@ def _need_two_neighbourhoods(cfg):
 
 def _speeds_runs(cfg):
     _need_two_neighbourhoods(cfg)
+    _need_hop_counts(cfg, (hops(cfg.placement[0], cfg.placement[s])
+                           for s in range(1, cfg.compute_shires)), "from shire 0")
     mpn = cfg.minions_per_neighbourhood
     yield "tree edge: minion 0 - minion 1", PingPong(cfg.minion_id(0, 0),
                                                      cfg.minion_id(0, 1)), {"path": "tree_edge"}
