@@ -693,7 +693,13 @@ def pairs_runs(cfg, nregs=1, pairs=None, credits=False):
     messages of ``nregs`` registers.  With ``credits`` each run is followed by
     the same pairs passing credits (:class:`CreditPingPong`) instead, each
     program's meta saying which (``"signal"``: ``"tensor_send"`` or
-    ``"credit"``).  Yields ``(label, programs, metas)``."""
+    ``"credit"``).  Yields ``(label, programs, metas)``.
+
+    Raises
+    ------
+    ValueError
+        If the pairs span fewer than two mesh hop counts (no fit per hop).
+    """
     pairs = list(itertools.combinations(range(cfg.compute_shires), 2) if pairs is None
                  else pairs)
     _need_hop_counts(cfg, (hops(cfg.placement[a], cfg.placement[b]) for a, b in pairs),
@@ -838,6 +844,14 @@ ONE_KB_KNEE_HOPS = 5
 
 
 def _one_kb_runs(cfg):
+    """Ping-pong runs of 1 KB messages between minion 0 of every pair of shires.
+
+    Raises
+    ------
+    ValueError
+        If the pairs span fewer than two hop counts up to the knee (5 hops) or
+        from it on (each side of the knee has its own fit).
+    """
     distances = [hops(cfg.placement[a], cfg.placement[b])
                  for a, b in itertools.combinations(range(cfg.compute_shires), 2)]
     _need_hop_counts(cfg, (h for h in distances if h <= ONE_KB_KNEE_HOPS),
