@@ -28,7 +28,7 @@ class LinkCdc(wiring.Component):
         Flit layout.
     depth : int
         Flits per VC in the input buffer and in each asynchronous FIFO (the
-        latter rounded up to a power of two by Amaranth).
+        latter at least 2, rounded up to a power of two by Amaranth).
     out_credits : int
         Credits per VC on the output link (the downstream buffer depth).
     i_domain, o_domain : str
@@ -67,7 +67,9 @@ class LinkCdc(wiring.Component):
         m.d.comb += self.o_overflow.eq(buffer.o_overflow)
         wiring.connect(m, send.o, wiring.flipped(self.o))
         for v in range(self.n_vc):
-            cross = fifo.AsyncFIFO(width=self.flit_layout.size, depth=self.depth,
+            # Amaranth's AsyncFIFO needs two entries; with one buffer slot the
+            # second is never filled, as the buffer feeds it only what it holds.
+            cross = fifo.AsyncFIFO(width=self.flit_layout.size, depth=max(self.depth, 2),
                                    w_domain=self.i_domain, r_domain=self.o_domain)
             m.submodules[f"cross{v}"] = cross
             m.d.comb += [

@@ -132,9 +132,7 @@ class MeshConfig(ConfigBase):
         need("mesh_cols", self.mesh_cols * self.mesh_rows >= self.compute_shires,
              f"large enough with mesh_rows ({self.mesh_rows}) to hold the "
              f"{self.compute_shires} compute shires")
-        v = self.link_buffer_flits
-        need("link_buffer_flits", isinstance(v, int) and not isinstance(v, bool) and 2 <= v <= 64,
-             "an integer from 2 to 64 (a clock-domain-crossing FIFO holds at least two)")
+        posint("link_buffer_flits", 64)
         posint("watchdog_cycles", 1 << 30)
         for name in ("engine_send_cycles", "engine_recv_cycles", "tree_edge_cycles",
                      "crossbar_cycles", "mesh_port_cycles"):
