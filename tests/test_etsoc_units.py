@@ -176,7 +176,6 @@ def test_one_credit_per_link_elaborates():
     # Amaranth's AsyncFIFO cannot be one deep; the crossing keeps two entries.
     from amaranth.back import rtlil
     from hdl.common.cdc import LinkCdc
-    from hdl.etsoc.mesh import make_flit_layout
     layout = make_flit_layout(MeshConfig())
     assert "module" in rtlil.convert(LinkCdc(flit_layout=layout, depth=1, out_credits=1,
                                              i_domain="sync", o_domain="mesh"))
