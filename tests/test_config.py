@@ -13,7 +13,6 @@ from sim.experiments import dsm
     ({"cluster_size": 2, "placement": (3, 3)}, "placement"),
     ({"cluster_size": 2, "placement": (0, 18)}, "placement"),
     ({"payload_kib": (16, 24.01)}, "payload_kib"),
-    ({"payload_kib": (16, 256)}, "payload_kib"),
     ({"payload_kib": (0.015625, 0.03125)}, "payload_kib"),     # 16 B and 32 B: one flit each
     ({"gx_planes": ""}, "gx_planes"),
     ({"gx_planes": "none"}, "gx_planes"),
@@ -40,8 +39,20 @@ def test_payload_must_be_a_multiple_of_16_bytes():
 def test_regions_that_overflow_shared_memory_are_rejected():
     streams = [dsm.Stream("load", 0, 1, 96 * 1024), dsm.Stream("store", 1, 0, 96 * 1024),
                dsm.Stream("tma", 0, 1, 16 * 1024)]
-    with pytest.raises(ValueError, match="more than"):
+    with pytest.raises(ValueError, match=r"^payload_kib must be sizes whose regions fit "
+                                         r"smem_bytes \(204800 B\): run x puts"):
         dsm.build_run(DsmConfig(), streams, "x")
+
+
+def test_sizes_over_shared_memory_are_refused_by_the_experiment_that_uses_them():
+    # 256 KiB is a valid size; one-way runs cannot fit it in 200 KiB of shared
+    # memory, and an experiment of fixed sizes blames smem_bytes instead.
+    cfg = DsmConfig(payload_kib=(16, 256))
+    with pytest.raises(ValueError, match="^payload_kib must be sizes whose regions fit"):
+        dsm.build_runs(cfg, dsm.EXPERIMENTS["one_way"])
+    assert dsm.build_runs(cfg, dsm.EXPERIMENTS["topology"])
+    with pytest.raises(ValueError, match="^smem_bytes must hold the 131072 B"):
+        dsm.build_runs(DsmConfig(smem_bytes=65536), dsm.EXPERIMENTS["topology"])
 
 
 def test_a_smaller_shared_memory_has_a_hardware_configuration():

@@ -60,8 +60,7 @@ class ConfigBase:
 
         Two configurations with equal ``hardware()`` share one Verilog build.
         The copy is not validated again: a run-time default need not suit a
-        structural what-if (the default tile sizes exceed a smaller shared
-        memory, say), and the hardware configuration only shapes the RTL; the
+        structural what-if, and the hardware configuration only shapes the RTL; the
         run-time values a run writes into it come from the validated
         configuration itself.
         """

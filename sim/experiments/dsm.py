@@ -55,10 +55,14 @@ def _words(granules):
     return (granules + 1) // 2
 
 
-def build_run(cfg: DsmConfig, streams, label, plane_enable=None, fault=None):
+def build_run(cfg: DsmConfig, streams, label, plane_enable=None, fault=None,
+              size_field="payload_kib"):
     """Register writes of one run.
 
     ``fault`` = ``(slot, Fault)`` injects a fault for testing the checks.
+    ``size_field`` is the configuration field an overflow of shared memory
+    blames: ``payload_kib`` when the run's sizes come from it, ``smem_bytes``
+    when the experiment fixes them.
     Returns a dict ``{"label", "plane_enable", "writes": [(addr, value)], "checks"}``,
     ``checks`` giving each destination slot's checked regions as ``[source
     slot, source word base, local word base]``.
@@ -82,9 +86,14 @@ def build_run(cfg: DsmConfig, streams, label, plane_enable=None, fault=None):
         base = free[slot]
         free[slot] += words
         if free[slot] > cfg.smem_words:
-            raise ValueError(f"payload_kib: the regions of SM slot {slot} need "
-                             f"{free[slot] * cfg.flit_bytes} B, more than smem_bytes "
-                             f"({cfg.smem_bytes} B)")
+            need = free[slot] * cfg.flit_bytes
+            if size_field == "payload_kib":
+                raise ValueError(f"payload_kib must be sizes whose regions fit smem_bytes "
+                                 f"({cfg.smem_bytes} B): run {label} puts {need} B on SM "
+                                 f"slot {slot}")
+            raise ValueError(f"{size_field} must hold the {need} B run {label} puts on SM "
+                             f"slot {slot} (the experiment fixes its payload size), not "
+                             f"{cfg.smem_bytes}")
         return base
 
     for st in streams:
@@ -455,14 +464,22 @@ def _series_cfg(cfg, experiment, series):
 
 
 def build_runs(cfg: DsmConfig, experiment: Experiment):
-    """All runs of ``experiment`` as testbench plan entries, in order."""
+    """All runs of ``experiment`` as testbench plan entries, in order.
+
+    Raises
+    ------
+    ValueError
+        If a run's regions overflow shared memory (the message names
+        ``payload_kib``, or ``smem_bytes`` for an experiment of fixed sizes).
+    """
     runs = []
     for series in experiment.series:
         scfg = _series_cfg(cfg, experiment, series)
         for kib in _sizes(cfg, series):
             nbytes = int(kib * 1024)
             run = build_run(scfg, series.streams(nbytes), f"{series.name}@{kib}KiB",
-                            series.plane_enable)
+                            series.plane_enable, size_field="smem_bytes"
+                            if series.payload_kib else "payload_kib")
             run["series"], run["payload_bytes"] = series.name, nbytes
             run["ranks"] = list(scfg.ranks)
             runs.append(run)

@@ -229,9 +229,31 @@ class Part:
     runs: object
 
 
+def _with_build(cfg, build, explicit, where):
+    fields = {k: v for k, v in build if k not in explicit}
+    try:
+        return cfg.replace(**fields)
+    except ValueError as error:
+        if not fields:
+            raise
+        held = ", ".join(f"{k}={v!r}" for k, v in fields.items())
+        mine = sorted(k for k in explicit if hasattr(cfg, k))
+        told = ", ".join(f"{k}={getattr(cfg, k)!r}" for k in mine) or "the settings"
+        raise ValueError(f"{told} {'does' if len(mine) == 1 else 'do'} not fit {where} "
+                         f"({held}): {error}") from None
+
+
 def build_config(cfg, exp, explicit=()):
-    """``cfg`` with the experiment's build fields, except those in ``explicit``."""
-    return cfg.replace(**{k: v for k, v in exp.build if k not in explicit})
+    """``cfg`` with the experiment's build fields, except those in ``explicit``.
+
+    Raises
+    ------
+    ValueError
+        If the build fields and the user's settings do not make a valid
+        configuration (the message names the user's fields, the build's and
+        the field the configuration refuses).
+    """
+    return _with_build(cfg, exp.build, explicit, f"mesh.{exp.name}'s build")
 
 
 def build_parts(cfg, exp, explicit=()):
@@ -245,7 +267,7 @@ def build_parts(cfg, exp, explicit=()):
     """
     if not exp.parts:
         return [(None, build_config(cfg, exp, explicit))]
-    return [(p.name, cfg.replace(**{k: v for k, v in p.build if k not in explicit}))
+    return [(p.name, _with_build(cfg, p.build, explicit, f"mesh.{exp.name}'s {p.name} build"))
             for p in exp.parts]
 
 
