@@ -191,13 +191,20 @@ def drop_zero_memory_init(text: str) -> str:
 
 
 @contextlib.contextmanager
-def locked(directory: Path) -> Iterator[None]:
+def locked(directory: Path, waiting: Callable[[], None] | None = None) -> Iterator[None]:
     """Hold an exclusive lock on ``directory`` (created if missing) for the
     ``with`` block: processes that share a build folder (parallel experiments,
-    test workers, sweep points) take turns building in it."""
+    test workers, sweep points) take turns building in it.  ``waiting`` is
+    called once, before blocking, if another holder has the lock.  The lock
+    is not re-entrant: a holder that asks again waits for ever."""
     directory.mkdir(parents=True, exist_ok=True)
     with open(directory / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if waiting is not None:
+                waiting()
+            fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
         finally:

@@ -49,6 +49,8 @@ from sim.build import locked as _locked
 from sim.build import write_atomically
 from sim.toolchain import check_simulator, verilator_env
 
+_LOG = logging.getLogger("fabricsim")
+
 __all__ = ["TIMESCALE", "VERILATOR_WAIVERS", "run_cocotb", "run_cocotb_cached", "simulation_key"]
 
 #: Time unit and precision given to modules without a `timescale` (Amaranth
@@ -359,8 +361,29 @@ def run_cocotb(
     ``os.environ`` is changed while the simulator runs and restored after, so
     calls from several threads of one process take turns (a lock); run
     parallel simulations in separate processes (they may share a build
-    folder: its build is locked).
+    folder: its build is locked).  Simulations given one ``test_dir`` take
+    turns too (a lock in that folder), and the waiting one logs a warning.
     """
+    test_dir = Path(test_dir).resolve()
+    with _run_folder(test_dir):
+        return _simulate(verilog, toplevel, test_module, sim=sim, waves=waves, plan=plan,
+                         timeout_s=timeout_s, test_dir=test_dir,
+                         internal_signals=internal_signals)
+
+
+def _run_folder(test_dir: Path):
+    """The lock on a run folder: two simulations that would write the same
+    ``test_dir`` (two ``fabricsim run`` of one experiment on one build
+    folder, say) take turns rather than overwrite each other's plan and
+    result."""
+    return _locked(test_dir, waiting=lambda: _LOG.warning(
+        "waiting for another simulation writing %s to finish", test_dir))
+
+
+def _simulate(verilog: Path, toplevel: str, test_module: str, *, sim: str, waves: bool,
+              plan: dict, timeout_s: float | None, test_dir: Path,
+              internal_signals: bool) -> dict:
+    """:func:`run_cocotb` for a caller that holds ``test_dir``'s lock."""
     check_simulator(sim)
     if timeout_s is not None and not timeout_s > 0:
         raise ValueError(f"timeout_s must be a positive number of seconds or None, not {timeout_s!r}")
@@ -645,18 +668,20 @@ def run_cocotb_cached(verilog: Path, toplevel: str, test_module: str, *,
             stored = json.loads(entry.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             pass
-    test_dir = Path(test_dir)
-    test_dir.mkdir(parents=True, exist_ok=True)
-    if isinstance(stored, dict) and stored.get("key") == key and isinstance(stored.get("result"), dict):
-        for stale in ("results.xml", "sim.log", f"{toplevel}.fst", f"{toplevel}.vcd"):
-            (test_dir / stale).unlink(missing_ok=True)
-        _write_json_atomically(test_dir / "plan.json", plan)
-        _write_json_atomically(test_dir / "result.json", stored["result"])
-        write_atomically(test_dir / "reused.txt", f"simulation result reused from {entry}\n")
-        return stored["result"], True
-    (test_dir / "reused.txt").unlink(missing_ok=True)
-    result = run_cocotb(verilog, toplevel, test_module, sim=sim, plan=plan, test_dir=test_dir,
-                        timeout_s=timeout_s, internal_signals=internal_signals)
+    test_dir = Path(test_dir).resolve()
+    with _run_folder(test_dir):
+        if (isinstance(stored, dict) and stored.get("key") == key
+                and isinstance(stored.get("result"), dict)):
+            for stale in ("results.xml", "sim.log", f"{toplevel}.fst", f"{toplevel}.vcd"):
+                (test_dir / stale).unlink(missing_ok=True)
+            _write_json_atomically(test_dir / "plan.json", plan)
+            _write_json_atomically(test_dir / "result.json", stored["result"])
+            write_atomically(test_dir / "reused.txt", f"simulation result reused from {entry}\n")
+            return stored["result"], True
+        (test_dir / "reused.txt").unlink(missing_ok=True)
+        result = _simulate(verilog, toplevel, test_module, sim=sim, waves=False, plan=plan,
+                           test_dir=test_dir, timeout_s=timeout_s,
+                           internal_signals=internal_signals)
     entry.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(entry, json.dumps({"key": key, "result": result}) + "\n")
     return result, False

@@ -8,8 +8,10 @@ each simulator builds it once (plus once more with tracing).
 
 # No `from __future__ import annotations` here: Amaranth reads a Component's
 # ports from its class annotations at run time, and would see strings.
+import concurrent.futures
 import dataclasses
 import json
+import logging
 import os
 import time
 
@@ -18,7 +20,7 @@ from amaranth import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from sim.build import generate_verilog
+from sim.build import generate_verilog, locked
 from sim.runner import run_cocotb, run_cocotb_cached, simulation_key
 from sim.toolchain import available_simulators, check_simulator, verilator_env
 
@@ -135,6 +137,27 @@ def test_stale_result_is_not_reused(counter_verilog, tmp_path):
     plan = dict(PLAN, write_result=False)
     with pytest.raises(RuntimeError, match="wrote no .*result.json"):
         run_cocotb(counter_verilog, "counter", "cocotb_smoke", plan=plan, test_dir=tmp_path)
+
+
+@pytest.mark.parametrize("cached", [False, True], ids=["run", "cached-run"])
+def test_runs_sharing_a_run_folder_take_turns(counter_verilog, tmp_path, caplog, cached):
+    # Another simulation (here: the test) holds the folder; this one must
+    # wait, saying so, before it writes its plan there.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        with locked(tmp_path):
+            if cached:
+                running = pool.submit(run_cocotb_cached, counter_verilog, "counter",
+                                      "cocotb_smoke", plan=PLAN, test_dir=tmp_path,
+                                      cache_dir=tmp_path / "cache")
+            else:
+                running = pool.submit(run_cocotb, counter_verilog, "counter", "cocotb_smoke",
+                                      plan=PLAN, test_dir=tmp_path)
+            time.sleep(1.0)
+            assert not running.done() and not (tmp_path / "plan.json").exists()
+        result = running.result(timeout=300)
+    assert (result[0] if cached else result) == {"count": LIMIT, "cycles": LIMIT}
+    assert any("waiting for another simulation writing" in r.getMessage()
+               and r.levelno == logging.WARNING for r in caplog.records)
 
 
 def test_cached_run_is_reused_only_for_the_same_inputs(counter_verilog, tmp_path):
