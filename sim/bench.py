@@ -539,7 +539,14 @@ def _row(top, simulator, cycles, wall, build_s, rss):
 
 
 def main(argv=None):
-    """``python -m sim.bench``; returns the exit status (2 on bad input)."""
+    """``python -m sim.bench``; returns the exit status (2 on bad input).
+
+    Raises
+    ------
+    RuntimeError
+        If a simulator build or a simulation fails (the message ends with
+        its log's last lines).
+    """
     from rich.console import Console
     from rich.table import Table
 

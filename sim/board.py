@@ -50,6 +50,11 @@ class BoardHarness(Elaboratable):
     ----------
     block : wiring.Component
         A block with a single clock domain, ``sync``.
+
+    Raises
+    ------
+    ValueError
+        At elaboration, if the board has no ``led`` resource.
     """
 
     def __init__(self, block):

@@ -313,7 +313,13 @@ def job_verilog(job):
 def generate(fabric, hardware, build_root):
     """Generate (or find in the cache under ``build_root``) the Verilog of
     ``fabric``'s top for the structural configuration ``hardware``; returns
-    ``(path, seconds)``."""
+    ``(path, seconds)``.
+
+    Raises
+    ------
+    Whatever :func:`sim.build.generate_verilog` raises (``ValueError``,
+    ``TypeError``, Amaranth's ``YosysError``).
+    """
     from sim.build import generate_verilog
 
     fab = _fabric(fabric)

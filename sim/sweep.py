@@ -244,7 +244,13 @@ def map_tasks(fn, tasks, engine="local", jobs=1, scheduler=None, progress=None,
 def sweep_table(points, outcomes):
     """Rows of the sweep table: one per point and result row, in point order:
     ``{"point": {field: value}, "quantity", "model", "unit", "met"}``; a failed
-    point gives one row with ``"error"`` instead."""
+    point gives one row with ``"error"`` instead.
+
+    Raises
+    ------
+    ValueError
+        If a result row lacks what :func:`sim.report.row_met` needs to judge it.
+    """
     from sim.report import row_met
 
     table = []

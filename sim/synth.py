@@ -731,7 +731,14 @@ def synthesise_or_error(block_name, device_name, items=(), build_root="build", f
                         timeout=None):
     """:func:`synthesise` for a worker process: its row, or a row with status
     ``tool error`` and the exception's text when anything else went wrong (a
-    Verilog generation error, say), so one block never loses the others."""
+    Verilog generation error, say), so one block never loses the others.
+
+    Raises
+    ------
+    UsageError
+        On bad input (a field or value of ``items``), which is the user's to
+        fix rather than a block's result.
+    """
     try:
         return synthesise(block_name, device_name, items, Path(build_root), freq,
                           timeout=timeout or DEFAULT_TIMEOUT_S)
@@ -807,7 +814,14 @@ def main(args):
     print a table and write ``<results>/synth.json`` (merged with the rows
     already there for other blocks and devices).  Returns the exit status:
     0, or 1 when a tool failed on some block (a block that does not fit or
-    fails timing is a result, not a failure)."""
+    fails timing is a result, not a failure).
+
+    Raises
+    ------
+    UsageError
+        On a bad block, device, ``--config`` file, ``--freq``, ``--timeout``
+        or an output folder that cannot be written (the message names it).
+    """
     import concurrent.futures
 
     from rich.console import Console

@@ -55,6 +55,14 @@ def test_sizes_over_shared_memory_are_refused_by_the_experiment_that_uses_them()
         dsm.build_runs(DsmConfig(smem_bytes=65536), dsm.EXPERIMENTS["topology"])
 
 
+def test_runs_that_never_came_back_are_an_error_not_a_shorter_fit():
+    cfg = DsmConfig()
+    experiment = dsm.EXPERIMENTS["one_way"]
+    runs = dsm.build_runs(cfg, experiment)
+    with pytest.raises(dsm.ExperimentError, match=f"^one_way: 0 of {len(runs)} runs came back"):
+        dsm.analyse(cfg, experiment, runs, [], "verilator")
+
+
 def test_a_smaller_shared_memory_has_a_hardware_configuration():
     # The default tile sizes (up to 96 KiB) do not fit 32 KiB; the build key
     # keeps the structural field and the run-time defaults without refusing.

@@ -26,8 +26,9 @@ class RoundRobin(wiring.Component):
         One bit per requester.
     grant : Out(n)
         One-hot grant, zero when nobody requests.
-    grant_index : Out(range(n))
-        Index of the granted requester (valid when ``valid``).
+    grant_index : Out(range(max(n, 2)))
+        Index of the granted requester (valid when ``valid``); one bit wide
+        even for ``n`` = 1.
     valid : Out(1)
         Some requester was granted.
     take : In(1)
@@ -89,6 +90,11 @@ class StreamMerge(wiring.Component):
         Inputs; input ``k`` is offered the output when the arbiter picks it.
     o : Out(stream.Signature(layout))
         Output: valid whenever some input is valid.
+
+    Raises
+    ------
+    ValueError
+        If ``n`` is not a positive integer.
     """
 
     def __init__(self, layout, n):

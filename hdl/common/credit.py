@@ -40,6 +40,11 @@ class CreditLink(wiring.Signature):
         The flit; ``flit.vc`` names its channel.
     credit : In(n_vc)
         One pulse per freed receiver slot, one bit per channel.
+
+    Raises
+    ------
+    ValueError
+        If ``n_vc`` is below 1.
     """
 
     def __init__(self, flit_layout, n_vc=2):
@@ -83,6 +88,11 @@ class CreditCounter(wiring.Component):
         only be asserted while ``o_avail`` is set for the channel.
     o_avail : Out(n_vc)
         At least one credit is held for the channel.
+
+    Raises
+    ------
+    ValueError
+        If ``depth`` is not a positive integer.
     """
 
     def __init__(self, *, n_vc=2, depth):
@@ -131,6 +141,11 @@ class VcInputBuffer(wiring.Component):
         credit protocol.  Never set in a correct design.
     o_occupied : Out(n_vc)
         The channel's queue holds at least one flit (for stuck-traffic reports).
+
+    Raises
+    ------
+    ValueError
+        If ``depth`` is not a positive integer.
     """
 
     def __init__(self, *, flit_layout, depth, n_vc=2):
@@ -248,6 +263,11 @@ class LinkDelay(wiring.Component):
         only while the link is idle.
     o_overflow : Out(1)
         Sticky: a flit arrived with the FIFO full (capacity below the credits).
+
+    Raises
+    ------
+    ValueError
+        If ``capacity`` is not a positive integer.
     """
 
     def __init__(self, *, flit_layout, capacity, n_vc=2):
@@ -311,9 +331,16 @@ class StreamToLink(wiring.Component):
         One stream per VC.
     o : Out(CreditLink(flit_layout, n_vc))
         The link.
+
+    Raises
+    ------
+    ValueError
+        If ``credits`` is not a positive integer, or ``n_vc`` is below 1.
     """
 
     def __init__(self, *, flit_layout, credits, n_vc=2, registered=True):
+        if not isinstance(credits, int) or credits < 1:
+            raise ValueError(f"credits must be a positive integer, not {credits!r}")
         self.flit_layout = flit_layout
         self.credits = credits
         self.n_vc = n_vc

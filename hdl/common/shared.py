@@ -87,8 +87,9 @@ class SharedModule(wiring.Component):
     Raises
     ------
     ValueError
-        At elaboration, when ``module_name`` is already registered with other
-        construction arguments.
+        If ``module_name`` is not a Verilog identifier; at elaboration, when
+        ``module_name`` is already registered with other construction
+        arguments.
     """
 
     def __init__(self, cls, module_name, *, domains=("sync",), **kwargs):

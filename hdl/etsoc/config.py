@@ -109,7 +109,8 @@ class MeshConfig(ConfigBase):
     ack_flits: int = _run(4, "flits a TensorRecv takes in per ACK to the sender (not in the "
                              "seed)")
     link_buffer_flits: int = _hw(8, "credits per VC on every link (not in the seed)")
-    watchdog_cycles: int = _hw(20000, "no engine progress for this many cycles ends a run")
+    watchdog_cycles: int = _hw(20000, "no engine progress for this many minion cycles "
+                                                "ends a run (a model setting, not in the seed)")
 
     def __post_init__(self):
         def need(name, ok, allowed):

@@ -177,6 +177,9 @@ class MeshRouter(wiring.Component):
 def counter_names(cfg):
     """Names of the readable counters, in ``rd_addr`` order.
 
+    ``cycles`` and ``idle_cycles`` (cycles since the start, and since the
+    last engine progress) count minion cycles (600 MHz), as do the engines'
+    time stamps (``first_rx``, ``last_rx``, ``first_stray_cycle``).
     ``s<shire>.m<k>.state`` packs, low bit first: done, init_done, verify_done,
     sleeping (in a credit wait with no credit); bits 8 to 23 hold the credits
     received and not yet taken.

@@ -66,9 +66,6 @@ class ShireBarrier(wiring.Component):
     ----------
     flit_layout : StructLayout
         Flit layout (``node_bits`` 10).
-    checks : bool
-        Build the engines' data checks (``False`` for synthesis, see
-        :class:`~hdl.etsoc.engine.MinionEngine`).
 
     Members
     -------
@@ -138,6 +135,9 @@ class Shire(wiring.Component):
         with buffers of ``link_buffer_flits`` per VC.
     flit_layout : StructLayout
         Flit layout (``node_bits`` 10).
+    checks : bool
+        Build the engines' data checks (``False`` for synthesis, see
+        :class:`~hdl.etsoc.engine.MinionEngine`).
 
     Members
     -------

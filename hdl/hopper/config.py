@@ -79,7 +79,8 @@ class DsmConfig(ConfigBase):
     link_buffer_flits: int = _hw(8, f"{SEED}: per-hop credit depth is not disclosed; 8 per VC "
                                     "absorbs the short-term route collisions of a full CPC")
     smem_bytes: int = _hw(200 * 1024, f"{SEED}: 'Each CTA allocates 200 KiB of dynamic shared memory'")
-    watchdog_cycles: int = _hw(20000, "no progress for this many cycles ends a run as stuck")
+    watchdog_cycles: int = _hw(20000, "no progress for this many SM cycles ends a run "
+                                                "as stuck (a model setting, not in the seed)")
     # --- run-time settings
     cluster_size: int = _run(2, f"{SEED}: one thread-block cluster of 1..16 CTAs")
     placement: tuple = _run((), "rank r on SM slot placement[r]; empty: rank r on slot r "
@@ -88,7 +89,8 @@ class DsmConfig(ConfigBase):
     payload_kib: tuple = _run((16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96),
                               f"{SEED}: 'sweeps a single unique-address tile from 16 to 96 KiB'")
     sm_clock_ghz: float = _run(1.785, f"{SEED}: 'approximately 1.785-GHz maximum SM clock'")
-    data_seed: int = _hw(0x1A5, "pattern seed of the payload data (9 bits)")
+    data_seed: int = _hw(0x1A5, "pattern seed of the payload data (9 bits; a "
+                                     "model setting, not in the seed)")
 
     def __post_init__(self):
         def need(name, ok, allowed):

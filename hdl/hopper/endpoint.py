@@ -107,7 +107,9 @@ def pattern_word(slot, addr, seed, lanes):
 
 
 class FlitPipe(wiring.Component):
-    """Memory read pipeline that turns flit headers into flits.
+    """Memory read pipeline that turns flit headers into flits (seed 000: an
+    SM's shared-memory read path feeding its remote stores, TMA puts and
+    read responses).  Clock: SM clock (domain ``sync``).
 
     A header issued at cycle ``t`` with ``i_use_mem`` takes its data from the
     word read at ``i_mem_addr``; it reaches the output FIFO ``latency`` cycles
@@ -133,12 +135,17 @@ class FlitPipe(wiring.Component):
         Replace the data with the memory word at this address.
     o_rd_addr, o_rd_en : Out(addr_bits), Out(1)
         To a synchronous memory read port.
-    i_rd_data : In(data_bits)
+    i_rd_data : In(flit_layout["data"].width)
         From that read port, one cycle after ``o_rd_en``.
     o_ready : Out(1)
         Room for one more header.
     o : Out(stream.Signature(flit_layout))
         Finished flits.
+
+    Raises
+    ------
+    ValueError
+        If ``latency`` is not a positive integer.
     """
 
     def __init__(self, *, flit_layout, addr_bits, latency=1):

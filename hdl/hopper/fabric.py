@@ -31,6 +31,18 @@ class TpcArb(CreditSwitch):
 
     Members are those of :class:`CreditSwitch` with ``n_in = n_out = 2``:
     input ``k`` is the TPC's SM ``k`` and leaves on output ``k``.
+
+    Parameters
+    ----------
+    flit_layout : StructLayout
+        Flit layout.
+    depth : int
+        Input buffer per VC and credits per output VC, in flits.
+
+    Raises
+    ------
+    ValueError
+        If ``depth`` is below 1 (from :class:`CreditSwitch`).
     """
 
     def __init__(self, *, flit_layout, depth):
@@ -120,6 +132,11 @@ class Gpcmmu(wiring.Component):
         To GPCARB ingress; ``o.flit.route`` set by :class:`RouteHash`.
     i_plane_enable : In(2)
         Planes on (firmware setting).
+
+    Raises
+    ------
+    ValueError
+        On widths :class:`RouteHash` refuses.
     """
 
     def __init__(self, *, flit_layout, addr_bits, node_bits, line_words):
@@ -148,6 +165,20 @@ class GpcarbIngress(CreditSwitch):
     (seed 000).  Input ``2 * tpc + sm``.  Output lane
     ``2 * plane + k`` feeds GX``plane`` input port ``2 * cpc + k``; a flit
     leaves on the lane its route names.  Clock: SM clock.
+
+    Parameters
+    ----------
+    flit_layout : StructLayout
+        Flit layout.
+    depth : int
+        Input buffer per VC and credits per output VC, in flits.
+    lanes, inputs : int
+        Output lanes (4) and SM paths in (6).
+
+    Raises
+    ------
+    ValueError
+        If ``depth``, ``lanes`` or ``inputs`` is below 1 (from :class:`CreditSwitch`).
     """
 
     def __init__(self, *, flit_layout, depth, lanes=4, inputs=6):
@@ -160,7 +191,22 @@ class GxPlane(CreditSwitch):
 
     Input port ``2 * cpc + k`` comes from lane ``k`` of that CPC's ingress on
     this plane; output port ``2 * cpc + e`` goes to egress block ``e`` of CPC
-    ``cpc``.  Clock: SM clock.
+    ``cpc``.  Seed 000: "two independent 6x6 GX switch planes".  Clock: SM
+    clock.
+
+    Parameters
+    ----------
+    flit_layout : StructLayout
+        Flit layout.
+    depth : int
+        Input buffer per VC and credits per output VC, in flits.
+    cfg : DsmConfig
+        The GPC's shape: ``2 * cpcs`` ports; routes by destination slot.
+
+    Raises
+    ------
+    ValueError
+        If ``depth`` is below 1 (from :class:`CreditSwitch`).
     """
 
     def __init__(self, *, flit_layout, depth, cfg):
@@ -177,6 +223,22 @@ class GpcarbEgress(CreditSwitch):
     of a TPC land on different blocks (seed 000: "SM0 on EG0, SM1 on EG1").
     Input ``p`` comes from GX``p``; output ``t`` goes to the SM of TPC ``t``.
     Clock: SM clock.
+
+    Parameters
+    ----------
+    flit_layout : StructLayout
+        Flit layout.
+    depth : int
+        Input buffer per VC, in flits.
+    sm_depth : int
+        Credits per output VC: the SM's input buffer, in flits.
+    cfg : DsmConfig
+        The GPC's shape: ``tpcs_per_cpc`` outputs.
+
+    Raises
+    ------
+    ValueError
+        If ``depth`` or ``sm_depth`` is below 1 (from :class:`CreditSwitch`).
     """
 
     def __init__(self, *, flit_layout, depth, sm_depth, cfg):

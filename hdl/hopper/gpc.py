@@ -86,6 +86,10 @@ SM_COUNTERS = ("rx_granules", "expected_granules", "errors", "outstanding_reads"
 def counter_names(cfg):
     """Names of the readable counters, in address order (``rd_addr`` = index).
 
+    ``cycles`` and ``idle_cycles`` (since the start, and since the last
+    progress) count SM cycles; flit and stall counters count flits and SM
+    cycles.
+
     ``sm<s>.state`` packs, low bit first: local_done, released, busy,
     arrival queue occupied (request VC, response VC), overflow.
     ``<block>.occupied`` has one bit per (input, VC) queue not empty,

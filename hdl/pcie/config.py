@@ -160,7 +160,8 @@ class PcieConfig(ConfigBase):
                                        "128 B line (not in the seed)")
     read_tags: int = _run(256, "reads a GPU keeps outstanding: every 8-bit tag (PCIe "
                                "Extended Tag Field; not in the seed)")
-    watchdog_cycles: int = _hw(20000, "no TLP moved for this many cycles ends a run")
+    watchdog_cycles: int = _hw(20000, "no TLP moved for this many cycles (1 ns each) "
+                                                "ends a run (a model setting, not in the seed)")
 
     def __post_init__(self):
         def need(name, ok, allowed):

@@ -40,7 +40,26 @@ SWEEP_CYCLES = 64
 
 
 def LinkTiming():
-    """Signature members of a link's run-time timing (driven from registers)."""
+    """Signature members of a link's run-time timing, driven from registers
+    (seed 001: PCIe 4.0's 16 GT/s per lane and 128b/130b encoding; the SKP,
+    Ack and UpdateFC spacings are the PCIe Base Specification's mechanisms,
+    not in the seed).  The model clock is 1 GHz, so a cycle is 1 ns.
+
+    Members
+    -------
+    i_lane_bytes : In(8)
+        Link bytes per cycle: lanes x GT/s / 8.
+    i_blocks_per_period : In(5)
+        128b/130b blocks the link sends per 65 cycles (GT/s / 2).
+    i_skp_blocks : In(12)
+        Blocks between SKP ordered sets.
+    i_skp_cycles : In(5)
+        Cycles one SKP ordered set takes (128 / GT/s).
+    i_ack_every : In(7)
+        TLPs a receiver takes in per Ack DLLP.
+    i_fc_every : In(9)
+        Credits a receiver frees per UpdateFC DLLP.
+    """
     return {
         "i_lane_bytes": In(8),     # link bytes per cycle (lanes x GT/s / 8)
         "i_blocks_per_period": In(5),  # 128b/130b blocks per 65 cycles (GT/s / 2)

@@ -494,7 +494,20 @@ def plan(cfg: DsmConfig, runs):
 
 
 def analyse(cfg: DsmConfig, experiment: Experiment, runs, results, simulator):
-    """Turn the testbench's results into the shared result JSON (a dict)."""
+    """Turn the testbench's results into the shared result JSON (a dict).
+
+    Raises
+    ------
+    ExperimentError
+        If a run is missing, stuck, or moved data wrongly (:func:`check_run`).
+    ValueError
+        If a series' sizes cannot be fitted (:func:`sim.fit.fit_affine`).
+    """
+    if len(results) != len(runs):
+        if results:
+            check_run(cfg, results[-1])
+        raise ExperimentError(f"{experiment.name}: {len(results)} of {len(runs)} runs "
+                              "came back")
     points = {}
     lane_flits = {}
     for run, result in zip(runs, results):

@@ -95,14 +95,18 @@ class Barrier:
 
     @property
     def mask(self):
+        """32-bit mask of the members' minion numbers within their shire (the
+        ``BARRIER`` register's value)."""
         return sum(1 << (g & 31) for g in self.members)
 
     @property
     def a(self):
+        """First member (global minion index), the program's first end."""
         return self.members[0]
 
     @property
     def b(self):
+        """Last member (global minion index), the program's other end."""
         return self.members[-1]
 
 
@@ -136,10 +140,12 @@ class Cells:
 
     @property
     def a(self):
+        """First cell's minion (global index), the program's first end."""
         return self.cells[0].minion
 
     @property
     def b(self):
+        """Last cell's minion (global index), the program's other end."""
         return self.cells[-1].minion
 
 
@@ -158,16 +164,20 @@ class Tree:
 
     @property
     def members(self):
+        """Global minion indices of the tree, root first: ``base`` with every
+        combination of the bits of ``levels``."""
         bits = [b for b in range(10) if self.levels >> b & 1]
         return tuple(self.base | sum(1 << b for i, b in enumerate(bits) if k >> i & 1)
                      for k in range(1 << len(bits)))
 
     @property
     def a(self):
+        """The root (global minion index)."""
         return self.base
 
     @property
     def b(self):
+        """The last member (global minion index), the program's other end."""
         return self.members[-1]
 
 
@@ -191,10 +201,12 @@ class Flows:
 
     @property
     def a(self):
+        """First pair's sender (global minion index)."""
         return self.pairs[0][0]
 
     @property
     def b(self):
+        """First pair's receiver (global minion index)."""
         return self.pairs[0][1]
 
 
@@ -1534,6 +1546,8 @@ def analyse(cfg, exp, runs, results, simulator):
     ------
     ExperimentError
         If a run is missing, stuck, or any register came back wrong.
+    ValueError
+        If a fit cannot be made from the runs (:func:`sim.fit.fit_affine`).
     """
     if exp.parts:
         for name in cfg:

@@ -290,6 +290,8 @@ def analyse(cfg, exp, runs, results, simulator):
     ------
     ExperimentError
         If a run is missing, stuck, or moved data wrongly.
+    ValueError
+        If a fit cannot be made from the runs (:func:`sim.fit.fit_affine`).
     """
     if len(results) != len(runs):
         if results:
