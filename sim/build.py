@@ -289,10 +289,38 @@ def convert_hierarchy(component: Any, name: str) -> str:
                 if module_name == name:
                     raise ValueError(f"shared module {module_name!r} has the top level's name")
                 done.add(module_name)
-                block = modules[module_name].take()
+                pending = modules[module_name]
                 texts.append(mark_hier_block(
-                    verilog.convert(block, name=module_name, emit_src=False), module_name))
+                    _convert_with_domains(pending.take(), module_name, pending.domains),
+                    module_name))
     return "\n".join(texts)
+
+
+def _convert_with_domains(block: Any, name: str, domains: tuple) -> str:
+    """Verilog of ``block`` as module ``name``, its clock domains defined
+    here, in the order ``domains`` gives, each adding ``clk`` and ``rst``
+    ports (``<domain>_clk`` and ``<domain>_rst`` but for ``sync``) after the
+    signature's.  Left to Amaranth, the domains a block uses but does not
+    define are created in the order of a set of their names, which changes
+    with Python's string hashing, and so did the Verilog's port order."""
+    from amaranth.back import verilog
+    from amaranth.hdl import ClockDomain, Fragment, ValueCastable
+    from amaranth.hdl._ir import PortDirection
+    from amaranth.lib.wiring import In
+
+    ports = {}
+    for path, member, value in block.signature.flatten(block):
+        if isinstance(value, ValueCastable):
+            value = value.as_value()
+        ports["__".join(map(str, path))] = (
+            value, PortDirection.Input if member.flow == In else PortDirection.Output)
+    fragment = Fragment.get(block, None)
+    for domain in domains:
+        clock_domain = ClockDomain(domain)
+        fragment.add_domains(clock_domain)
+        ports[clock_domain.clk.name] = (clock_domain.clk, PortDirection.Input)
+        ports[clock_domain.rst.name] = (clock_domain.rst, PortDirection.Input)
+    return verilog.convert(fragment, name=name, ports=ports, emit_src=False)
 
 
 #: Verilator metacomment that makes a module a hierarchical block: under

@@ -8,9 +8,10 @@ misuse is refused with a clear error.
 
 import os
 import subprocess
+import sys
 
 import pytest
-from amaranth import Module
+from amaranth import Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
@@ -63,6 +64,57 @@ class Chain(wiring.Component):
         for k in range(2):
             wiring.connect(m, prev[k], wiring.flipped(self.o[k]))
         return m
+
+
+class TwoClocks(wiring.Component):
+    """Registers ``i`` in the ``sync`` domain and again in ``mesh``."""
+
+    def __init__(self):
+        super().__init__({"i": In(8), "o": Out(8)})
+
+    def elaborate(self, platform):
+        m = Module()
+        stage = Signal(8)
+        m.d.sync += stage.eq(self.i)
+        m.d.mesh += self.o.eq(stage)
+        return m
+
+
+class TwoClockPair(wiring.Component):
+    """Two shared :class:`TwoClocks` in a row."""
+
+    def __init__(self):
+        super().__init__({"i": In(8), "o": Out(8)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.a = a = SharedModule(TwoClocks, "two_clocks", domains=("sync", "mesh"))
+        m.submodules.b = b = SharedModule(TwoClocks, "two_clocks", domains=("sync", "mesh"))
+        m.d.comb += [a.i.eq(self.i), b.i.eq(a.o), self.o.eq(b.o)]
+        return m
+
+
+def two_clock_verilog():
+    """The hierarchy of :class:`TwoClockPair` (for the subprocesses below)."""
+    return convert_hierarchy(TwoClockPair(), "pair")
+
+
+def test_a_shared_module_s_clock_ports_do_not_depend_on_string_hashing():
+    # Amaranth creates the domains a block uses but does not define in the
+    # order of a set of their names; the shared module's come in its order.
+    texts = set()
+    for seed in range(4):
+        done = subprocess.run(
+            [sys.executable, "-c", "import test_shared; print(test_shared.two_clock_verilog())"],
+            cwd=os.path.dirname(__file__), capture_output=True, text=True, check=True,
+            env=dict(os.environ, PYTHONHASHSEED=str(seed),
+                     PYTHONPATH=os.pathsep.join(sys.path)))
+        # The shared module's text only: the top here, unlike the fabrics',
+        # leaves both of its domains to Amaranth.
+        texts.add(done.stdout[done.stdout.index("module two_clocks("):])
+    assert len(texts) == 1
+    header = texts.pop().splitlines()[0]
+    assert header.index("clk, rst") < header.index("mesh_clk, mesh_rst"), header
 
 
 def test_the_hierarchy_holds_one_module_for_every_instance():

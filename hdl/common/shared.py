@@ -42,7 +42,8 @@ def port_name(path) -> str:
 def collect_shared_modules() -> Iterator[dict]:
     """While active, every :class:`SharedModule` elaborates to an ``Instance``
     and registers its block in the yielded dict ``{module name: pending}``;
-    the caller converts ``pending.take()`` (a block) once per name.
+    the caller converts ``pending.take()`` (a block) once per name, with clock
+    domains ``pending.domains``.
 
     Raises
     ------
@@ -128,7 +129,8 @@ class SharedModule(wiring.Component):
                 else:
                     m.d.comb += value.eq(inner[path])
             return m
-        entry = modules.setdefault(self.module_name, _Pending(self.key, self.build))
+        entry = modules.setdefault(self.module_name,
+                                   _Pending(self.key, self.build, self.domains))
         if entry.key != self.key:
             if self._block is not None:
                 self._block._MustUse__silence = True
@@ -152,10 +154,12 @@ _SIGNATURES: dict[str, wiring.Signature] = {}
 
 
 class _Pending:
-    """A shared module to generate: its block's key and a way to get the block."""
+    """A shared module to generate: its block's key, a way to get the block,
+    and its clock domains (their ports follow the block's, in this order)."""
 
-    def __init__(self, key, build):
+    def __init__(self, key, build, domains=("sync",)):
         self.key, self.build, self.block = key, build, None
+        self.domains = tuple(domains)
 
     def take(self):
         """The block to convert: the one a stand-in built, else a new one."""
