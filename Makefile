@@ -44,7 +44,7 @@ report: venv
 # One pytest worker per CPU; each test file stays on one worker, so a file's
 # builds and shared experiment results are made once.
 test: venv
-	$(BIN)/pytest -q -n auto --dist loadfile
+	$(BIN)/pytest -q -n auto --dist loadfile --durations=25
 
 # Random-traffic seeds 1..SOAK_SEEDS on every fabric and simulator (make
 # test runs seeds 1 and 2).  pytest exits 5 when no test is marked slow;
