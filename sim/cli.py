@@ -23,14 +23,15 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["Job", "UsageError", "execute_job", "execute_or_error", "generate", "job_verilog",
-           "longest_first", "main", "parse_overrides", "plan_job", "pool", "resolve_names",
-           "write_json_atomically"]
+__all__ = ["Job", "UsageError", "execute_job", "execute_or_error", "generate", "job_run_folders",
+           "job_verilog", "longest_first", "main", "parse_overrides", "plan_job", "pool",
+           "resolve_names", "runs_logged", "write_json_atomically"]
 
 FABRICS = ("dsm", "mesh", "pcie")
 
@@ -305,6 +306,38 @@ def plan_job(fabric, name, items=()):
     return Job(fabric, name, tuple(built))
 
 
+def job_run_folders(job):
+    """``[(folder, runs)]``: the run folder of each part of ``job`` (under the
+    run root, ``<fabric>.<name>[.<part>]``) and how many runs it simulates."""
+    return [(f"{job.fabric}.{job.name}" + (f".{part}" if part else ""), len(runs))
+            for part, _, runs in job.parts]
+
+
+#: A testbench's line for each finished run (``testbenches/*.py``).
+_RUN_DONE = re.compile(rb"\brun (\d+)/(\d+) ")
+
+
+def runs_logged(job, run_root, since):
+    """Runs of ``job`` that its simulation logs (``sim.log`` in each part's run
+    folder) say have finished, counting only logs written since ``since``
+    (seconds since the epoch), so an earlier invocation's log counts nothing.
+    A part whose result is reused from the cache logs nothing."""
+    done = 0
+    for folder, _ in job_run_folders(job):
+        log = Path(run_root) / folder / "sim.log"
+        try:
+            if log.stat().st_mtime < since:
+                continue
+            with open(log, "rb") as handle:
+                handle.seek(max(0, log.stat().st_size - 16384))
+                found = _RUN_DONE.findall(handle.read())
+        except OSError:
+            continue
+        if found:
+            done += int(found[-1][0])
+    return done
+
+
 def job_verilog(job):
     """``[(fabric, configuration)]`` Verilog builds ``job`` needs, each once."""
     return list(dict.fromkeys((job.fabric, cfg.hardware()) for _, cfg, _ in job.parts))
@@ -353,9 +386,8 @@ def execute_job(job, sim, build_root, run_root, waves=False, cache=False, fresh=
     t1 = time.monotonic()
     got = {}
     reused = 0
-    for part, cfg, runs in job.parts:
+    for (part, cfg, runs), (run_dir, _) in zip(job.parts, job_run_folders(job)):
         verilog, _ = generate(job.fabric, cfg.hardware(), build_root)
-        run_dir = f"{job.fabric}.{job.name}" + (f".{part}" if part else "")
         got[part], hit = run_cocotb_cached(
             verilog, fab.top_name, fab.testbench, sim=sim, plan=fab.module.plan(cfg, runs),
             test_dir=Path(run_root) / run_dir, waves=waves, reuse=not fresh,
@@ -487,28 +519,43 @@ def _cmd_run(args):
         # ... then the experiments, as many at once as there are workers.
         durations_path = run_root / DURATIONS_NAME
         durations = {**TYPICAL_SECONDS, **_read_durations(durations_path)}
+        started = time.time()
         futures = {workers.submit(execute_or_error, job, args.sim, args.build, run_root,
                                   args.waves, True, args.fresh): job
                    for job in longest_first(jobs, durations)}
-        with console.status(f"{len(jobs)} experiments on {args.sim}, {args.jobs} at a time "
-                            "(each builds its simulator if needed)"):
-            for future in concurrent.futures.as_completed(futures):
-                job = futures[future]
-                data, n_runs, seconds, reused, error = future.result()
-                if error is not None:
-                    console.log(f"[red]{job.fabric}.{job.name} failed:[/red] {error}")
-                    failed = True
-                    continue
-                out = results_dir / job.fabric / f"{job.name}.json"
-                write_json_atomically(out, data)
-                if not reused:
-                    durations[f"{job.fabric}.{job.name}"] = round(seconds, 1)
-                    write_json_atomically(durations_path, durations)
-                met = sum(_met(r) for r in data["rows"])
-                how = (f"simulation results reused ({reused} of {len(job.parts)} parts)"
-                       if reused else "simulated")
-                console.log(f"{job.fabric}.{job.name}: {n_runs} runs in {seconds:.0f} s, {how}, "
-                            f"{met}/{len(data['rows'])} rows met -> {out}")
+        pending = set(futures)
+
+        def progress():
+            running = [f"{futures[f].fabric}.{futures[f].name} "
+                       f"{runs_logged(futures[f], run_root, started)}/"
+                       f"{sum(n for _, n in job_run_folders(futures[f]))} runs"
+                       for f in futures if f in pending and f.running()]
+            # A running experiment at 0 runs is building its simulator or starting.
+            return (f"{len(jobs) - len(pending)}/{len(jobs)} experiments done ({args.sim}, "
+                    f"{args.jobs} at a time)" + ("; " + ", ".join(running) if running else ""))
+
+        with console.status(progress()) as status:
+            while pending:
+                finished, pending = concurrent.futures.wait(
+                    pending, timeout=2, return_when=concurrent.futures.FIRST_COMPLETED)
+                status.update(progress())
+                for future in finished:
+                    job = futures[future]
+                    data, n_runs, seconds, reused, error = future.result()
+                    if error is not None:
+                        console.log(f"[red]{job.fabric}.{job.name} failed:[/red] {error}")
+                        failed = True
+                        continue
+                    out = results_dir / job.fabric / f"{job.name}.json"
+                    write_json_atomically(out, data)
+                    if not reused:
+                        durations[f"{job.fabric}.{job.name}"] = round(seconds, 1)
+                        write_json_atomically(durations_path, durations)
+                    met = sum(_met(r) for r in data["rows"])
+                    how = (f"simulation results reused ({reused} of {len(job.parts)} parts)"
+                           if reused else "simulated")
+                    console.log(f"{job.fabric}.{job.name}: {n_runs} runs in {seconds:.0f} s, "
+                                f"{how}, {met}/{len(data['rows'])} rows met -> {out}")
     if new_results_dir and not any(results_dir.iterdir()):
         results_dir.rmdir()     # nothing came out: leave no empty results folder
     return 1 if failed else 0
