@@ -530,7 +530,8 @@ def _cmd_run(args):
                        f"{runs_logged(futures[f], run_root, started)}/"
                        f"{sum(n for _, n in job_run_folders(futures[f]))} runs"
                        for f in futures if f in pending and f.running()]
-            # A running experiment at 0 runs is building its simulator or starting.
+            # An experiment at 0 runs is building its simulator or starting (or is
+            # the one the process pool has queued next).
             return (f"{len(jobs) - len(pending)}/{len(jobs)} experiments done ({args.sim}, "
                     f"{args.jobs} at a time)" + ("; " + ", ".join(running) if running else ""))
 
