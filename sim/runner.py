@@ -662,14 +662,15 @@ def run_cocotb_cached(verilog: Path, toplevel: str, test_module: str, *,
     key = simulation_key(verilog, toplevel, test_module, sim=sim, plan=plan,
                          internal_signals=internal_signals)
     entry = Path(cache_dir) / f"{key}.json"
-    stored = None
-    if reuse:
-        try:
-            stored = json.loads(entry.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            pass
     test_dir = Path(test_dir).resolve()
     with _run_folder(test_dir):
+        # Read under the lock: a run that waited finds what the one before stored.
+        stored = None
+        if reuse:
+            try:
+                stored = json.loads(entry.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                pass
         if (isinstance(stored, dict) and stored.get("key") == key
                 and isinstance(stored.get("result"), dict)):
             for stale in ("results.xml", "sim.log", f"{toplevel}.fst", f"{toplevel}.vcd"):
