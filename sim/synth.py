@@ -809,6 +809,12 @@ def plan(blocks=(), devices=(), config=None):
     return out
 
 
+def _count_text(count):
+    """A resource count as the console shows it: ``12,345``, or a dash for
+    a count the row does not have (a block that was not mapped or placed)."""
+    return "—" if count is None else format(count, ",")
+
+
 def main(args):
     """``fabricsim synth``: synthesise the planned blocks on a process pool,
     print a table and write ``<results>/synth.json`` (merged with the rows
@@ -855,7 +861,7 @@ def main(args):
             durations[unit_name(tasks[i])] = row["seconds"]
             write_json_atomically(durations_path, durations)
             fmax = f"{row['fmax_mhz']:.1f} MHz" if row["fmax_mhz"] else "no Fmax"
-            counts = ", ".join(f"{'—' if row[k] is None else format(row[k], ',')} {unit}"
+            counts = ", ".join(f"{_count_text(row[k])} {unit}"
                                for k, unit in (("luts", "LUTs"), ("ffs", "FFs"),
                                                ("brams", "BRAMs")))
             console.log(f"[{n}/{len(tasks)}] {row['block']} on {tasks[i][1]}: {row['status']}, "
@@ -877,9 +883,9 @@ def main(args):
     for col in ("block", "device", "config", "LUTs", "FFs", "BRAMs", "Fmax MHz", "status"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r["block"], r["device"], r["config"], str(r["luts"]), str(r["ffs"]),
-                      str(r["brams"]), f"{r['fmax_mhz']:.1f}" if r["fmax_mhz"] else "-",
-                      r["status"])
+        table.add_row(r["block"], r["device"], r["config"],
+                      *(_count_text(r[k]) for k in ("luts", "ffs", "brams")),
+                      f"{r['fmax_mhz']:.1f}" if r["fmax_mhz"] else "—", r["status"])
     Console().print(table)
     print(f"synth: {out}")
     return 1 if any(r["status"] in ("tool error", "timed out") for r in rows) else 0
