@@ -360,7 +360,9 @@ BLOCKS = {b.name: b for b in (
 #:   has three read ports (two streams and the responder), which Yosys maps
 #:   as three copies, each at least four 36-bit-wide blocks for 16 B words:
 #:   216 block RAMs against the part's 208 even with ``smem_bytes`` at 8, 4
-#:   or 1 KiB (measured), more above 8 KiB.
+#:   or 1 KiB (measured), more above 8 KiB.  Nor would its logic fit: mapped
+#:   to the end at 1 KiB, the GPC takes 221,847 LUTs and 19,908
+#:   distributed-RAM blocks, 2.7 times the largest ECP5's LUTs (measured).
 #: - mesh: two shires of two minions on a 2x1 mesh with 8 B flits.  With
 #:   16 B flits Yosys maps the 2x1 mesh to about 53,000 LUTs and nextpnr was
 #:   still placing it after 900 s; the 2x2 mesh (two routing-only cells
@@ -368,7 +370,13 @@ BLOCKS = {b.name: b for b in (
 #: - pcie: a switch's or root complex's input queues must cover the credit
 #:   loop of the default latencies (``switch_buffer_beats`` at least 166), and
 #:   each queue of 325-bit TLP beats deeper than 16 entries takes ten DP16KD:
-#:   one socket with two GPUs needs 546 block RAMs of the part's 208.
+#:   one socket with two GPUs needs 546 block RAMs of the part's 208.  With
+#:   every latency 0 and the shallowest buffers the configuration allows
+#:   (``switch_buffer_beats`` 16, ``rx_header_credits`` 4,
+#:   ``rx_data_credits`` 16) it needs 132, but 96,767 LUTs (measured), of
+#:   which each crossbar's arbitration and output multiplexers over nine
+#:   325-bit queue heads take 17,400: Yosys takes 8 minutes to find that, so
+#:   the default small top stops at the block RAM count instead.
 SMALL_TOPS = {
     # 96 KiB: the least shared memory the seed's 16-96 KiB tile sweep allows.
     "dsm": {"flit_bytes": 16, "smem_bytes": 96 * 1024},
