@@ -13,6 +13,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import time
 
 import pytest
@@ -21,7 +22,8 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from sim.build import generate_verilog, locked
-from sim.runner import run_cocotb, run_cocotb_cached, simulation_key
+from sim.runner import (_top_ports, _top_public_control_file, run_cocotb, run_cocotb_cached,
+                        simulation_key)
 from sim.toolchain import available_simulators, check_simulator, verilator_env
 
 
@@ -89,6 +91,20 @@ def test_counter_runs_and_reports(sim, counter_verilog, tmp_path):
     assert result == {"count": LIMIT, "cycles": LIMIT}
     assert json.loads((tmp_path / "plan.json").read_text()) == PLAN
     assert (counter_verilog.parent / sim).is_dir()
+
+
+def test_verilator_makes_only_the_top_module_s_ports_public(counter_verilog, tmp_path):
+    """The control file given to Verilator names each port of the top module
+    and nothing else (the counter's own net ``value`` stays private), and a
+    header it cannot read falls back to every signal of the top module."""
+    control = _top_public_control_file(tmp_path, counter_verilog, "counter").read_text()
+    named = set(re.findall(r'-module "counter" -var "([^"]+)"', control))
+    assert named == {"clk", "rst", "en", "count", "done"}, control
+    other = tmp_path / "other.v"
+    other.write_text("module other_name(a);\nendmodule\n")
+    assert _top_ports(other, "counter") is None
+    control = _top_public_control_file(tmp_path, other, "counter").read_text()
+    assert re.findall(r'-var "([^"]+)"', control) == ["*"]
 
 
 @pytest.mark.parametrize("sim", SIMS)
