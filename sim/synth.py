@@ -371,12 +371,14 @@ BLOCKS = {b.name: b for b in (
 #:   loop of the default latencies (``switch_buffer_beats`` at least 166), and
 #:   each queue of 325-bit TLP beats deeper than 16 entries takes ten DP16KD:
 #:   one socket with two GPUs needs 546 block RAMs of the part's 208.  With
-#:   every latency 0 and the shallowest buffers the configuration allows
-#:   (``switch_buffer_beats`` 16, ``rx_header_credits`` 4,
-#:   ``rx_data_credits`` 16) it needs 132, but 96,767 LUTs (measured), of
-#:   which each crossbar's arbitration and output multiplexers over nine
-#:   325-bit queue heads take 17,400: Yosys takes 8 minutes to find that, so
-#:   the default small top stops at the block RAM count instead.
+#:   every latency 0 and shallow buffers (``switch_buffer_beats`` 16,
+#:   ``rx_header_credits`` 4, ``rx_data_credits`` 16; the smaller values the
+#:   configuration allows leave each queue they size in one 16-entry
+#:   distributed RAM or in block RAM, as now) it needs 132, but 96,767 LUTs
+#:   (measured), of which each crossbar's arbitration and output
+#:   multiplexers over nine 325-bit queue heads take 17,400: Yosys takes 8
+#:   minutes to find that, so the default small top stops at the block RAM
+#:   count instead.
 SMALL_TOPS = {
     # 96 KiB: the least shared memory the seed's 16-96 KiB tile sweep allows.
     "dsm": {"flit_bytes": 16, "smem_bytes": 96 * 1024},
@@ -817,12 +819,6 @@ def plan(blocks=(), devices=(), config=None):
     return out
 
 
-def _count_text(count):
-    """A resource count as the console shows it: ``12,345``, or a dash for
-    a count the row does not have (a block that was not mapped or placed)."""
-    return "—" if count is None else format(count, ",")
-
-
 def main(args):
     """``fabricsim synth``: synthesise the planned blocks on a process pool,
     print a table and write ``<results>/synth.json`` (merged with the rows
@@ -843,6 +839,7 @@ def main(args):
 
     from sim.cli import (DURATIONS_NAME, UsageError, _read_durations, _writable_folder, pool,
                          write_json_atomically)
+    from sim.report import _count_text
 
     console = Console(stderr=True)
     config = load_config_file(args.config) if args.config else {}

@@ -1,8 +1,9 @@
 """cocotb testbench for the counter design in ``test_infra.py``.
 
 It exercises the plan/result contract of :func:`sim.runner.run_cocotb`: the
-plan gives the clock period and a watchdog (and may hold the counter off or
-withhold the result, for the error-path tests); the result reports the
+plan gives the clock period and a watchdog (and may hold the counter off,
+withhold the result, for the error-path tests, or name a signal whose
+visibility the result reports); the result reports the
 counter's value when ``done`` rose and the cycles that took, measured by
 simulation time. Python is woken only at reset, at enable and at ``done``,
 never per cycle.
@@ -45,5 +46,12 @@ async def count_to_limit(dut):
         "count": dut.count.value.to_unsigned(),
         "cycles": round(elapsed_ns / period_ns),
     }
+    # A plan may name a signal to look for, to test what the build exposes.
+    if "probe" in plan:
+        try:
+            dut[plan["probe"]]
+            result["probe_visible"] = True
+        except KeyError:
+            result["probe_visible"] = False
     if plan.get("write_result", True):
         Path(os.environ["FABRICSIM_RESULT"]).write_text(json.dumps(result))

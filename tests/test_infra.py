@@ -95,13 +95,23 @@ def test_counter_runs_and_reports(sim, counter_verilog, tmp_path):
 
 def test_verilator_makes_only_the_top_module_s_ports_public(counter_verilog, tmp_path):
     """The control file given to Verilator names each port of the top module
-    and nothing else (the counter's own net ``value`` stays private), and a
-    header it cannot read falls back to every signal of the top module."""
+    and nothing else: the counter's own net ``value`` is out of the
+    testbench's reach unless ``internal_signals`` is set.  A header that
+    cannot be read (a module whose name only starts with the top's, an ANSI
+    port list) falls back to every signal of the top module."""
     control = _top_public_control_file(tmp_path, counter_verilog, "counter").read_text()
     named = set(re.findall(r'-module "counter" -var "([^"]+)"', control))
     assert named == {"clk", "rst", "en", "count", "done"}, control
+    plan = dict(PLAN, probe="value")
+    hidden = run_cocotb(counter_verilog, "counter", "cocotb_smoke", plan=plan,
+                        test_dir=tmp_path / "ports")
+    shown = run_cocotb(counter_verilog, "counter", "cocotb_smoke", plan=plan,
+                       test_dir=tmp_path / "internal", internal_signals=True)
+    assert (hidden["probe_visible"], shown["probe_visible"]) == (False, True)
     other = tmp_path / "other.v"
-    other.write_text("module other_name(a);\nendmodule\n")
+    other.write_text("module counter_x(a);\nendmodule\nmodule counter(b, c);\nendmodule\n")
+    assert _top_ports(other, "counter") == ["b", "c"]
+    other.write_text("module counter(input clk, output [7:0] count);\nendmodule\n")
     assert _top_ports(other, "counter") is None
     control = _top_public_control_file(tmp_path, other, "counter").read_text()
     assert re.findall(r'-var "([^"]+)"', control) == ["*"]
