@@ -552,11 +552,10 @@ def _cmd_run(args):
                     if not reused:
                         durations[f"{job.fabric}.{job.name}"] = round(seconds, 1)
                         write_json_atomically(durations_path, durations)
-                    met = sum(_met(r) for r in data["rows"])
                     how = (f"simulation results reused ({reused} of {len(job.parts)} parts)"
                            if reused else "simulated")
                     console.log(f"{job.fabric}.{job.name}: {n_runs} runs in {seconds:.0f} s, "
-                                f"{how}, {met}/{len(data['rows'])} rows met -> {out}")
+                                f"{how}, {_rows_met_text(data['rows'])} rows met -> {out}")
     if new_results_dir and not any(results_dir.iterdir()):
         results_dir.rmdir()     # nothing came out: leave no empty results folder
     return 1 if failed else 0
@@ -628,9 +627,9 @@ def _cmd_synth(args):
     return synth.main(args)
 
 
-def _met(row):
-    from sim.report import row_met
-    return row_met(row)
+def _rows_met_text(rows):
+    from sim.report import rows_met_text
+    return rows_met_text(rows)
 
 
 def _cmd_report(args):

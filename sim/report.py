@@ -43,6 +43,8 @@ __all__ = [
     "load_results",
     "write_report",
     "print_summary",
+    "met_text",
+    "rows_met_text",
 ]
 
 REPORT_NAME = "report.md"
@@ -224,8 +226,19 @@ class ExperimentResult:
 
     @property
     def rows_met(self) -> int:
-        """Number of rows that pass (rows without tolerance count as passing)."""
-        return sum(row.passes for row in self.rows)
+        """Number of rows that meet their target (tolerance or bounds)."""
+        return sum(row.met is True for row in self.rows)
+
+    @property
+    def rows_checked(self) -> int:
+        """Number of rows with a target, met or not (an unmeasured row counts);
+        the others are reported for information."""
+        return sum(row.met is not None for row in self.rows)
+
+    @property
+    def rows_met_text(self) -> str:
+        """``"met / checked"``, plus the rows reported for information."""
+        return met_text(self.rows_met, self.rows_checked, len(self.rows))
 
     @property
     def plot_path(self) -> Path:
@@ -319,6 +332,26 @@ def _load_row(ctx: _Context, raw: Any, where: str) -> ResultRow:
 
 def _optional_float(value: Any) -> float | None:
     return None if value is None else float(value)
+
+
+def met_text(met: int, checked: int, total: int) -> str:
+    """``"met / checked"`` rows, followed by ``" (+N for information)"`` when
+    ``N = total - checked`` rows have no target."""
+    info = total - checked
+    return f"{met} / {checked}" + (f" (+{info} for information)" if info else "")
+
+
+def rows_met_text(raw_rows: Sequence[Mapping[str, Any]]) -> str:
+    """:func:`met_text` of result-row dicts.
+
+    Raises
+    ------
+    ValueError
+        If a row is malformed (see :func:`load_results`).
+    """
+    rows = [_load_row(_Context(Path("<row>")), raw, "row") for raw in raw_rows]
+    return met_text(sum(r.met is True for r in rows), sum(r.met is not None for r in rows),
+                    len(rows))
 
 
 def row_met(raw: Mapping[str, Any]) -> bool:
@@ -594,9 +627,9 @@ def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]
 
 
 def _status(result: ExperimentResult) -> str:
-    if not result.rows:
+    if not result.rows_checked:
         return "—"
-    return "✓" if result.rows_met == len(result.rows) else "✗"
+    return "✓" if result.rows_met == result.rows_checked else "✗"
 
 
 # --------------------------------------------------------------------------
@@ -889,8 +922,9 @@ def write_report(results_dir: Path) -> Path:
     plots.update({r.topology_path: _render_topology(r) for r in results
                   if r.topology is not None})
 
-    total_rows = sum(len(r.rows) for r in results)
-    total_met = sum(r.rows_met for r in results)
+    total_text = met_text(sum(r.rows_met for r in results),
+                          sum(r.rows_checked for r in results),
+                          sum(len(r.rows) for r in results))
     simulators = ", ".join(sorted({r.simulator for r in results}))
     generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
 
@@ -898,16 +932,17 @@ def write_report(results_dir: Path) -> Path:
         "# fabricsim report",
         "",
         f"Generated {generated} · simulator: {simulators} · "
-        f"{len(results)} experiments, {total_met} / {total_rows} rows met",
+        f"{len(results)} experiments, {total_text} rows met",
         "",
-        "A row is met when |error %| is within its tolerance; rows marked — have no seed "
-        "number or no tolerance and are reported for information.",
+        "A row is met when |error %| is within its tolerance (or the model within its "
+        "bounds); rows marked — have no seed number or no tolerance, are reported for "
+        "information and are not counted as met.",
         "",
         "## Summary",
         "",
     ]
     summary = [
-        [r.fabric, r.experiment, r.title, f"{r.rows_met} / {len(r.rows)}", _status(r)] for r in results
+        [r.fabric, r.experiment, r.title, r.rows_met_text, _status(r)] for r in results
     ]
     lines += _md_table(["fabric", "experiment", "title", "rows met", "status"], summary)
     lines.append("")
@@ -946,7 +981,7 @@ def _faults_survived(results) -> list[str]:
     only when every run of it ended with every byte checked, so each listed
     fault was survived; its bandwidth cost is in its own section."""
     table = [[f"{r.fabric}.{r.experiment}", FAULT_EXPERIMENTS[r.fabric, r.experiment],
-              f"{r.rows_met} / {len(r.rows)}"]
+              r.rows_met_text]
              for r in results if (r.fabric, r.experiment) in FAULT_EXPERIMENTS]
     if not table:
         return []
@@ -1223,7 +1258,7 @@ def print_summary(results_dir: Path, *, console: Console | None = None) -> bool:
         style = {"✓": "green", "✗": "bold red"}.get(status, "dim")
         # Titles and names come from result files; escape so "[...]" is not read as markup.
         table.add_row(
-            escape(r.fabric), escape(r.experiment), escape(r.title), f"{r.rows_met} / {len(r.rows)}", f"[{style}]{status}[/]"
+            escape(r.fabric), escape(r.experiment), escape(r.title), r.rows_met_text, f"[{style}]{status}[/]"
         )
     console.print(table)
 
@@ -1239,7 +1274,6 @@ def print_summary(results_dir: Path, *, console: Console | None = None) -> bool:
             markup=True,
             highlight=False,
         )
-    total = sum(len(r.rows) for r in results)
-    met = sum(r.rows_met for r in results)
-    console.print(f"{met} / {total} rows met")
+    console.print(met_text(sum(r.rows_met for r in results), sum(r.rows_checked for r in results),
+                           sum(len(r.rows) for r in results)) + " rows met")
     return not missed
