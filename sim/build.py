@@ -139,15 +139,17 @@ def config_hash(config: Any, component_factory: Callable[[Any], Any] | None = No
     return digest.hexdigest()
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder,
-    renamed into place once complete, so a reader never sees a partial file."""
+def write_atomically(path: Path, text: str | bytes) -> None:
+    """Write ``text`` (UTF-8 text, or bytes as they are) to ``path`` through a
+    temporary file in the same folder, renamed into place once complete, so a
+    reader never sees a partial file."""
     # A unique name per writer, so two processes generating the same
     # configuration never write into one temporary file; "x" mode keeps the
     # usual umask permissions (mkstemp would make the file private).
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
-        with open(tmp, "x", encoding="utf-8") as handle:
+        with (open(tmp, "xb") if isinstance(text, bytes)
+              else open(tmp, "x", encoding="utf-8")) as handle:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())

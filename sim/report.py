@@ -21,7 +21,6 @@ import io
 import json
 import math
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -34,6 +33,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from sim.build import write_atomically
 from sim.fit import AffineFit, error_pct
 
 __all__ = [
@@ -803,20 +803,6 @@ def _render_plot(result: ExperimentResult) -> bytes:
 # Output
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    """Write to a temporary file in the same directory, then rename over ``path``."""
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-
-
 def _experiment_section(result: ExperimentResult, results_dir: Path) -> list[str]:
     lines = [f"### {result.title}", ""]
     lines.append(f"`{result.fabric}/{result.path.name}` · simulator: {result.simulator}")
@@ -962,9 +948,9 @@ def write_report(results_dir: Path) -> Path:
         lines += _experiment_section(result, results_dir)
 
     for path, png in plots.items():
-        _write_atomic(path, png)
+        write_atomically(path, png)
     report_path = results_dir / REPORT_NAME
-    _write_atomic(report_path, ("\n".join(lines).rstrip() + "\n").encode("utf-8"))
+    write_atomically(report_path, ("\n".join(lines).rstrip() + "\n").encode("utf-8"))
     return report_path
 
 
