@@ -498,6 +498,15 @@ def _cmd_run(args):
     # ... and so does a folder the results or the builds cannot be written to.
     results_dir = Path(args.results)
     new_results_dir = _writable_folder(results_dir, "--results")
+    # Each fabric's results go to a folder of its own, checked now rather than
+    # after its simulations.
+    new_fabric_dirs = [results_dir / fabric for fabric in dict.fromkeys(j.fabric for j in jobs)
+                       if _writable_folder(results_dir / fabric, "--results")]
+    for job in jobs:
+        out = results_dir / job.fabric / f"{job.name}.json"
+        if out.is_dir():
+            raise UsageError(f"--results must leave {str(out)!r} free for {job.fabric}."
+                             f"{job.name}'s results, but it is a folder")
     _writable_folder(Path(args.build), "--build")
     run_root = Path(args.build) / "runs" / args.sim
     builds = list(dict.fromkeys(b for job in jobs for b in job_verilog(job)))
@@ -556,6 +565,9 @@ def _cmd_run(args):
                            if reused else "simulated")
                     console.log(f"{job.fabric}.{job.name}: {n_runs} runs in {seconds:.0f} s, "
                                 f"{how}, {_rows_met_text(data['rows'])} rows met -> {out}")
+    for folder in new_fabric_dirs:
+        if not any(folder.iterdir()):
+            folder.rmdir()
     if new_results_dir and not any(results_dir.iterdir()):
         results_dir.rmdir()     # nothing came out: leave no empty results folder
     return 1 if failed else 0

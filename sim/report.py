@@ -566,7 +566,8 @@ def load_results(results_dir: Path) -> list[ExperimentResult]:
     """
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
-        raise FileNotFoundError(f"results directory {results_dir} does not exist")
+        raise FileNotFoundError(f"results directory {results_dir} "
+                                + ("is a file" if results_dir.exists() else "does not exist"))
     # sweep/ holds sweep tables, not experiment results.
     paths = sorted(p for p in results_dir.glob("*/*.json") if p.parent.name != SWEEP_DIR)
     if not paths:

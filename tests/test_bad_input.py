@@ -163,11 +163,32 @@ def test_results_folder_that_cannot_be_written(tmp_path, capsys):
     assert not (tmp_path / "build").exists()
 
 
+@pytest.mark.parametrize("blocked", ["dsm", "dsm/one_way.json"])
+def test_results_fabric_folder_that_cannot_be_written(tmp_path, capsys, blocked):
+    """A fabric's results folder that is a file, or a results file that is a
+    folder, is refused before anything is built, not after the simulation."""
+    results = tmp_path / "results"
+    (results / blocked).parent.mkdir(parents=True, exist_ok=True)
+    if blocked.endswith(".json"):
+        (results / blocked).mkdir()
+    else:
+        (results / blocked).write_text("not a folder\n")
+    status, err = _run(tmp_path, capsys, ["run", "dsm.one_way"], results=results)
+    _assert_refused(status, err, "--results must ")
+    assert "dsm" in err and not (tmp_path / "build").exists()
+
+
 def test_missing_simulator(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     status, err = _run(tmp_path, capsys, ["run", "dsm.one_way", "--sim", "icarus"])
     _assert_refused(status, err, "sim 'icarus' needs Icarus Verilog")
     assert not (tmp_path / "build").exists()
+
+
+def test_report_on_a_file(tmp_path, capsys):
+    (tmp_path / "notes.md").write_text("not results\n")
+    status, err = _run(tmp_path, capsys, ["report"], results=tmp_path / "notes.md")
+    _assert_refused(status, err, f"results directory {tmp_path / 'notes.md'} is a file")
 
 
 def test_report_without_results(tmp_path, capsys):
