@@ -117,12 +117,12 @@ def resolve_names(names):
         if name == "all":
             out += [(f, e) for f in FABRICS for e in _experiments(f)]
             continue
-        fabric, _, experiment = name.partition(".")
+        fabric, dot, experiment = name.partition(".")
         if fabric not in FABRICS:
             raise UsageError(f"NAME must start with one of {', '.join(FABRICS)} or be 'all', "
                              f"not {name!r}")
         known = _experiments(fabric)
-        if not experiment:
+        if not dot:
             out += [(fabric, e) for e in known]
         elif experiment in known:
             out.append((fabric, experiment))

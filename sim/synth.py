@@ -440,7 +440,7 @@ def load_config_file(path):
     ------
     UsageError
         If the file cannot be read or parsed, or has a table that is not a
-        fabric's.
+        fabric's or a field its fabric's configuration does not have.
     """
     from sim.cli import FABRICS, UsageError
 
@@ -456,6 +456,11 @@ def load_config_file(path):
         if fabric not in FABRICS or not isinstance(table, dict):
             raise UsageError(f"--config tables must be among {', '.join(FABRICS)}, "
                              f"not {fabric!r}")
+        fields = [f.name for f in dataclasses.fields(_config_class(fabric))]
+        for name in table:
+            if name not in fields:
+                raise UsageError(f"--config {path}: [{fabric}] fields must be among "
+                                 f"{', '.join(fields)}, not {name!r}")
         out[fabric] = [_set_item(k, v) for k, v in table.items()]
     return out
 

@@ -20,6 +20,7 @@ CASES = [
     ("run-without-name", ["run"], "the following arguments are required: NAME"),
     ("unknown-fabric", ["run", "nvlink"], "NAME must start with one of dsm, mesh, pcie"),
     ("unknown-experiment", ["run", "dsm.nope"], "experiment must be one of one_way,"),
+    ("empty-experiment", ["run", "dsm."], "experiment must be one of one_way,"),
     ("unknown-field", ["run", "pcie", "--set", "cluster_size=2"],
      "--set field must be one of sockets,"),
     ("unknown-field-all", ["run", "all", "--set", "nosuch=2"],

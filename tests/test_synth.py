@@ -122,6 +122,10 @@ def test_bad_synthesis_input_is_refused(tmp_path, capsys):
     bad.write_text("[nvlink]\nx = 1\n")
     assert main(base + ["shaper", "--config", str(bad)]) == 2
     assert "--config tables must be among dsm, mesh, pcie, not 'nvlink'" in capsys.readouterr().err
+    bad.write_text("[dsm]\nlink_bufer_flits = 4\n")
+    assert main(base + ["shaper", "--config", str(bad)]) == 2
+    assert (f"--config {bad}: [dsm] fields must be among " in (err := capsys.readouterr().err)
+            and "not 'link_bufer_flits'" in err), err
     bad.write_text("[dsm\n")
     assert main(base + ["shaper", "--config", str(bad)]) == 2
     assert "not valid TOML" in capsys.readouterr().err
