@@ -69,6 +69,13 @@ def _writable_folder(path, what):
     return created
 
 
+def _remove_if_empty(folders):
+    """Remove each folder of ``folders`` (in order) that exists and is empty."""
+    for folder in folders:
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+
+
 @dataclasses.dataclass(frozen=True)
 class Fabric:
     """How to build and run one fabric: its configuration class, top-level
@@ -497,17 +504,24 @@ def _cmd_run(args):
     jobs = [plan_job(fabric, name, sets[fabric]) for fabric, name in pairs]
     # ... and so does a folder the results or the builds cannot be written to.
     results_dir = Path(args.results)
-    new_results_dir = _writable_folder(results_dir, "--results")
-    # Each fabric's results go to a folder of its own, checked now rather than
-    # after its simulations.
-    new_fabric_dirs = [results_dir / fabric for fabric in dict.fromkeys(j.fabric for j in jobs)
-                       if _writable_folder(results_dir / fabric, "--results")]
     for job in jobs:
         out = results_dir / job.fabric / f"{job.name}.json"
         if out.is_dir():
             raise UsageError(f"--results must leave {str(out)!r} free for {job.fabric}."
                              f"{job.name}'s results, but it is a folder")
-    _writable_folder(Path(args.build), "--build")
+    new_results_dir = _writable_folder(results_dir, "--results")
+    # Each fabric's results go to a folder of its own, checked now rather than
+    # after its simulations; the folders are removed again, if left empty,
+    # whether the run goes on or is refused below.
+    new_fabric_dirs = []
+    try:
+        for fabric in dict.fromkeys(j.fabric for j in jobs):
+            if _writable_folder(results_dir / fabric, "--results"):
+                new_fabric_dirs.append(results_dir / fabric)
+        _writable_folder(Path(args.build), "--build")
+    except UsageError:
+        _remove_if_empty(new_fabric_dirs + ([results_dir] if new_results_dir else []))
+        raise
     run_root = Path(args.build) / "runs" / args.sim
     builds = list(dict.fromkeys(b for job in jobs for b in job_verilog(job)))
     failed = False
@@ -565,11 +579,8 @@ def _cmd_run(args):
                            if reused else "simulated")
                     console.log(f"{job.fabric}.{job.name}: {n_runs} runs in {seconds:.0f} s, "
                                 f"{how}, {_rows_met_text(data['rows'])} rows met -> {out}")
-    for folder in new_fabric_dirs:
-        if not any(folder.iterdir()):
-            folder.rmdir()
-    if new_results_dir and not any(results_dir.iterdir()):
-        results_dir.rmdir()     # nothing came out: leave no empty results folder
+    # nothing came out: leave no empty results folder
+    _remove_if_empty(new_fabric_dirs + ([results_dir] if new_results_dir else []))
     return 1 if failed else 0
 
 
@@ -627,8 +638,9 @@ def _cmd_sweep(args):
         shown.add_column(f"model ({chosen[0]['unit']})")
         shown.add_column("met")
         for r in chosen:
-            shown.add_row(*[r["point"][f] for f, _ in grid], f"{r['model']:.4g}",
-                          "yes" if r["met"] else "no")
+            shown.add_row(*[r["point"][f] for f, _ in grid],
+                          "—" if r["model"] is None else f"{r['model']:.4g}",
+                          {True: "yes", False: "no"}.get(r["met"], "—"))
         Console().print(shown)
     print(f"sweep: {path}")
     return 1 if any(error for _, error in outcomes) else 0

@@ -354,15 +354,17 @@ def rows_met_text(raw_rows: Sequence[Mapping[str, Any]]) -> str:
                     len(rows))
 
 
-def row_met(raw: Mapping[str, Any]) -> bool:
-    """Whether one result-row dict passes (True when it has nothing to check).
+def row_met(raw: Mapping[str, Any]) -> bool | None:
+    """Whether one result-row dict meets its target: True or False, False
+    when it was not measured, None when it has no target (a tolerance or
+    bounds) and is reported for information.
 
     Raises
     ------
     ValueError
         If the row is malformed (see :func:`load_results`).
     """
-    return _load_row(_Context(Path("<row>")), raw, "row").passes
+    return _load_row(_Context(Path("<row>")), raw, "row").met
 
 
 def _load_points(ctx: _Context, raw_points: list[Any], where: str,
@@ -922,8 +924,8 @@ def write_report(results_dir: Path) -> Path:
         f"{len(results)} experiments, {total_text} rows met",
         "",
         "A row is met when |error %| is within its tolerance (or the model within its "
-        "bounds); rows marked — have no seed number or no tolerance, are reported for "
-        "information and are not counted as met.",
+        "bounds); rows marked — have neither, are reported for information and are not "
+        "counted as met.",
         "",
         "## Summary",
         "",
@@ -1222,7 +1224,7 @@ def print_summary(results_dir: Path, *, console: Console | None = None) -> bool:
     Returns
     -------
     bool
-        True when every row of every experiment is met.
+        True when every row with a target is met and every row was measured.
 
     Raises
     ------

@@ -16,7 +16,8 @@ filesystem) as the machine that submits the sweep.
 
 The table lands in ``results/sweep/<fabric>.<experiment>.json`` and ``.csv``
 (one line per point and result row: the point's values, the row's quantity,
-model value, unit and whether it met its target), with a plot of the swept
+model value, unit and whether it met its target, empty for a row reported for
+information), with a plot of the swept
 metric (the first row whose quantity starts with ``--metric``; by default the
 experiment's first row) against the first grid field in ``.png``.  The table
 is the same whichever engine ran it: the numbers are simulated cycles.

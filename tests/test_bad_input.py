@@ -174,9 +174,20 @@ def test_results_fabric_folder_that_cannot_be_written(tmp_path, capsys, blocked)
         (results / blocked).mkdir()
     else:
         (results / blocked).write_text("not a folder\n")
-    status, err = _run(tmp_path, capsys, ["run", "dsm.one_way"], results=results)
+    status, err = _run(tmp_path, capsys, ["run", "pcie.peer_copy", "dsm.one_way"],
+                       results=results)
     _assert_refused(status, err, "--results must ")
     assert "dsm" in err and not (tmp_path / "build").exists()
+    assert not (results / "pcie").exists()      # no empty folder left for the other fabric
+
+
+def test_a_refused_build_folder_leaves_no_results_folder(tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n")
+    full = ["--build", str(blocker / "build"), "--results", str(tmp_path / "results"),
+            "run", "dsm.one_way"]
+    _assert_refused(main(full), capsys.readouterr().err, "--build must be a folder")
+    assert not (tmp_path / "results").exists()
 
 
 def test_missing_simulator(tmp_path, capsys, monkeypatch):

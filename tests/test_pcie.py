@@ -410,8 +410,11 @@ def experiment_result(tmp_path_factory):
 
 
 def _row_ids():
+    """The rows with a seed number (link_faults has none: its own test checks it)."""
     for name, exp in pcie.EXPERIMENTS.items():
         for scenario, entry in pcie.scenarios(exp).items():
+            if all(value is None for value in entry["values"]):
+                continue
             for src, dst in entry["pairs"]:
                 yield name, f"{scenario}: [{src},{dst}]"
 
