@@ -238,7 +238,7 @@ class ExperimentResult:
     @property
     def rows_met_text(self) -> str:
         """``"met / checked"``, plus the rows reported for information."""
-        return met_text(self.rows_met, self.rows_checked, len(self.rows))
+        return _rows_text(self.rows)
 
     @property
     def plot_path(self) -> Path:
@@ -349,7 +349,11 @@ def rows_met_text(raw_rows: Sequence[Mapping[str, Any]]) -> str:
     ValueError
         If a row is malformed (see :func:`load_results`).
     """
-    rows = [_load_row(_Context(Path("<row>")), raw, "row") for raw in raw_rows]
+    return _rows_text([_load_row(_Context(Path("<row>")), raw, "row") for raw in raw_rows])
+
+
+def _rows_text(rows: Sequence[ResultRow]) -> str:
+    """:func:`met_text` of loaded rows."""
     return met_text(sum(r.met is True for r in rows), sum(r.met is not None for r in rows),
                     len(rows))
 
@@ -911,9 +915,7 @@ def write_report(results_dir: Path) -> Path:
     plots.update({r.topology_path: _render_topology(r) for r in results
                   if r.topology is not None})
 
-    total_text = met_text(sum(r.rows_met for r in results),
-                          sum(r.rows_checked for r in results),
-                          sum(len(r.rows) for r in results))
+    total_text = _rows_text([row for r in results for row in r.rows])
     simulators = ", ".join(sorted({r.simulator for r in results}))
     generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
 
@@ -1263,6 +1265,5 @@ def print_summary(results_dir: Path, *, console: Console | None = None) -> bool:
             markup=True,
             highlight=False,
         )
-    console.print(met_text(sum(r.rows_met for r in results), sum(r.rows_checked for r in results),
-                           sum(len(r.rows) for r in results)) + " rows met")
+    console.print(_rows_text([row for r in results for row in r.rows]) + " rows met")
     return not missed
