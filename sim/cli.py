@@ -1,6 +1,6 @@
 """``fabricsim``: list, run and report the fabrics' experiments.
 
-    fabricsim list
+    fabricsim list [FABRIC...]
     fabricsim run NAME... [--set FIELD=VALUE]... [--sim verilator|icarus] [--waves] [--fresh]
     fabricsim report
     fabricsim sweep NAME --grid FIELD=V1,V2,... [--set FIELD=VALUE]... [--engine local|dask]
@@ -190,15 +190,17 @@ def parse_overrides(config_cls, items):
 def _unparsable(defaults, name, text):
     """The message for ``--set name=text`` whose text does not parse as the
     field's type: the configuration's own, which names the allowed values,
-    when it has one for the text as given; otherwise the type it takes."""
-    try:
-        dataclasses.replace(defaults, **{name: text})
-    except ValueError as error:
-        if str(error).startswith(f"{name} must be "):
-            return str(error)
-    except TypeError:
-        pass
+    when it has one for the text as given; otherwise the type it takes (a
+    tuple field always: the configuration would check the text's characters)."""
     default = getattr(defaults, name)
+    if not isinstance(default, tuple):
+        try:
+            dataclasses.replace(defaults, **{name: text})
+        except ValueError as error:
+            if str(error).startswith(f"{name} must be "):
+                return str(error)
+        except TypeError:
+            pass
     kind = {int: "an integer (0x... allowed)", float: "a number"}.get(
         type(default), "comma-separated numbers" if isinstance(default, tuple)
         else type(default).__name__)
@@ -231,15 +233,19 @@ def _cmd_list(args):
     from rich.console import Console
     from rich.table import Table
 
+    for fabric in args.fabrics:
+        if fabric not in FABRICS:
+            raise UsageError(f"FABRIC must be one of {', '.join(FABRICS)}, not {fabric!r}")
+    fabrics = list(dict.fromkeys(args.fabrics)) or list(FABRICS)
     console = Console()
     table = Table(title="experiments")
     for col in ("name", "what"):
         table.add_column(col)
-    for fabric in FABRICS:
+    for fabric in fabrics:
         for name, exp in _experiments(fabric).items():
             table.add_row(f"{fabric}.{name}", exp.title)
     console.print(table)
-    for fabric in FABRICS:
+    for fabric in fabrics:
         table = Table(title=f"{fabric} configuration (--set FIELD=VALUE)")
         for col in ("field", "default", "rebuilds", "source"):
             table.add_column(col, overflow="fold")
@@ -527,7 +533,8 @@ def _cmd_run(args):
     failed = False
     with pool(args.jobs) as workers:
         # Each distinct Verilog is generated once, the builds in parallel ...
-        with console.status(f"generating Verilog for {len(builds)} configurations "
+        with console.status(f"generating Verilog for {len(builds)} configuration"
+                            f"{'s' * (len(builds) != 1)} "
                             f"(cached per configuration), {args.jobs} at a time"):
             futures = {workers.submit(generate, f, hw, args.build): f for f, hw in builds}
             for future in concurrent.futures.as_completed(futures):
@@ -610,7 +617,7 @@ def _cmd_sweep(args):
     points = sweep.plan_sweep(fabric, name, grid, args.set)
     results_dir = Path(args.results)
     _writable_folder(Path(args.build), "--build")
-    _writable_folder(results_dir, "--results")
+    sweep.check_outputs(results_dir, f"{fabric}.{name}")
     run_root = Path(args.build) / "runs" / args.sim / "sweep" / f"{fabric}.{name}"
 
     def progress(done, total, point, error):
@@ -675,7 +682,9 @@ def main(argv=None):
     parser.add_argument("--results", default="results", help="results folder (default: results)")
     parser.add_argument("--build", default="build", help="build folder (default: build)")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("list", help="list experiments and configuration fields")
+    listing = sub.add_parser("list", help="list experiments and configuration fields")
+    listing.add_argument("fabrics", nargs="*", metavar="FABRIC",
+                         help="only these fabrics (default: all)")
     run = sub.add_parser("run", help="run experiments")
     run.add_argument("names", nargs="+", metavar="NAME")
     run.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")

@@ -256,8 +256,14 @@ def _format_grid(placement: Placement, cols: int = 6, rows: int = 6) -> str:
 
 
 if __name__ == "__main__":
+    import argparse
     import time
 
+    argparse.ArgumentParser(
+        prog="python -m sim.etsoc_placement",
+        description="Search every placement of the 32 compute shires that meets the "
+                    "seed's ring constraints and print the default one, its non-compute "
+                    "cells and its hop statistics.").parse_args()
     t0 = time.perf_counter()
     n = len(search())
     elapsed = time.perf_counter() - t0

@@ -33,7 +33,7 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["grid_points", "map_tasks", "metric_rows", "parse_grid", "plan_sweep", "run_sweep",
+__all__ = ["check_outputs", "grid_points", "map_tasks", "metric_rows", "parse_grid", "plan_sweep", "run_sweep",
            "sweep_table", "write_sweep"]
 
 ENGINES = ("local", "dask")
@@ -281,6 +281,27 @@ def metric_rows(table, metric):
             seen.add(key)
             chosen.append(r)
     return metric, chosen
+
+
+def check_outputs(results_dir, stem):
+    """Check, before a sweep runs, that its table can be written: folder
+    ``<results_dir>/sweep`` (made if missing) takes files and none of
+    ``<stem>.json``, ``.csv`` or ``.png`` in it is a folder.
+
+    Raises
+    ------
+    sim.cli.UsageError
+        Naming ``--results`` and the path at fault.
+    """
+    from sim.cli import UsageError, _writable_folder
+
+    folder = Path(results_dir) / "sweep"
+    _writable_folder(folder, "--results")
+    for ext in ("json", "csv", "png"):
+        out = folder / f"{stem}.{ext}"
+        if out.is_dir():
+            raise UsageError(f"--results must leave {str(out)!r} free for the sweep's "
+                             f"table, but it is a folder")
 
 
 def write_sweep(results_dir, fabric, name, grid, items, sim, engine, table, metric=None):

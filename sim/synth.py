@@ -810,7 +810,7 @@ def plan(blocks=(), devices=(), config=None):
         _device_named(name)
     config = config or {}
     out = []
-    for name in blocks or BLOCKS:
+    for name in dict.fromkeys(blocks or BLOCKS):     # each once, however often named
         block = BLOCKS[name]
         items = tuple(config.get(block.fabric, ()))
         block_config(block, items)          # bad input stops here
@@ -933,7 +933,7 @@ def sweep(args):
     points = [(point, tuple(items)) for point, items, _ in
               sweeps.grid_points(grid, args.set, lambda items: block_config(block, items))]
     _writable_folder(Path(args.build), "--build")
-    _writable_folder(Path(args.results), "--results")
+    sweeps.check_outputs(Path(args.results), f"synth.{name}")
     console = Console(stderr=True)
     device = block.devices[0]
 

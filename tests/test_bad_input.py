@@ -32,6 +32,8 @@ CASES = [
     ("unknown-flag", ["run", "dsm.one_way", "--fast"], "unrecognized arguments: --fast"),
     ("zero-jobs", ["run", "dsm.one_way", "--jobs", "0"], "argument --jobs/-j: --jobs must be "
                                                          "a positive integer, not '0'"),
+    ("list-unknown-fabric", ["list", "nvlink"], "FABRIC must be one of dsm, mesh, pcie, not "
+                                                "'nvlink'"),
     ("sweep-bad-grid-field", ["sweep", "dsm.one_way", "--grid", "nosuch=1,2"],
      "--grid field must be one of"),
     ("sweep-bad-point", ["sweep", "dsm.one_way", "--grid", "cluster_size=2,0"],
@@ -59,6 +61,8 @@ CASES = [
      "flit_bytes must be one of 16, 32, 64, not 24"),
     ("dsm-no-plane", ["run", "dsm.one_way", "--set", "gx_planes=gx7"],
      "gx_planes must be one of 'gx0,gx1', 'gx0', 'gx1'"),
+    ("dsm-sizes-not-numbers", ["run", "dsm.one_way", "--set", "payload_kib=abc"],
+     "payload_kib must be comma-separated numbers, not 'abc'"),
     ("dsm-one-size", ["run", "dsm.one_way", "--set", "payload_kib=0"],
      "payload_kib must be at least two distinct sizes"),
     ("dsm-shaper-ratio", ["run", "dsm.one_way", "--set", "shaper_flits=4",
@@ -73,6 +77,8 @@ CASES = [
      "mesh_cols must be an integer from 1 to 16, not 0"),
     ("mesh-placement-shape", ["run", "mesh.round_trip", "--set", "placement=1,2,3"],
      "placement must be pairs of x, y coordinates"),
+    ("mesh-placement-not-numbers", ["run", "mesh.round_trip", "--set", "placement=abc"],
+     "placement must be comma-separated numbers, not 'abc'"),
     ("mesh-clock", ["run", "mesh.round_trip", "--set", "minion_mhz=0"],
      "minion_mhz must be a clock in MHz from 10 to 5000"),
     ("mesh-flit-width", ["run", "mesh.round_trip", "--set", "flit_bytes=33"],
@@ -179,6 +185,22 @@ def test_results_fabric_folder_that_cannot_be_written(tmp_path, capsys, blocked)
     _assert_refused(status, err, "--results must ")
     assert "dsm" in err and not (tmp_path / "build").exists()
     assert not (results / "pcie").exists()      # no empty folder left for the other fabric
+
+
+@pytest.mark.parametrize("blocked", ["sweep", "sweep/dsm.one_way.csv"])
+def test_sweep_results_that_cannot_be_written(tmp_path, capsys, blocked):
+    """A sweep whose table cannot be written (``results/sweep`` a file, or one
+    of its output files a folder) is refused before any point is simulated."""
+    results = tmp_path / "results"
+    (results / blocked).parent.mkdir(parents=True, exist_ok=True)
+    if blocked.endswith(".csv"):
+        (results / blocked).mkdir()
+    else:
+        (results / blocked).write_text("not a folder\n")
+    status, err = _run(tmp_path, capsys, ["sweep", "dsm.one_way", "--grid", "cluster_size=2,3"],
+                       results=results)
+    _assert_refused(status, err, "--results must ")
+    assert blocked in err and not (tmp_path / "build" / "runs").exists()
 
 
 def test_a_refused_build_folder_leaves_no_results_folder(tmp_path, capsys):

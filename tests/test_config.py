@@ -116,3 +116,10 @@ def test_cli_rejects_unknown_simulator(tmp_path, capsys):
     status = main(["--build", str(tmp_path / "b"), "run", "dsm.one_way", "--sim", "xsim"])
     assert status == 2
     assert "sim must be one of" in capsys.readouterr().err
+
+
+def test_list_shows_only_the_fabrics_named(capsys):
+    assert main(["list", "pcie", "pcie"]) == 0
+    out = capsys.readouterr().out
+    assert "pcie configuration" in out and "pcie.peer_copy" in out
+    assert "dsm" not in out and "mesh" not in out

@@ -62,3 +62,14 @@ def test_deterministic():
 def test_grid_too_small_raises():
     with pytest.raises(ValueError):
         search(cols=3, rows=3)
+
+
+def test_help_describes_the_search_without_running_it():
+    """``python -m sim.etsoc_placement --help`` prints its usage at once."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "sim.etsoc_placement", "--help"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "usage: python -m sim.etsoc_placement" in done.stdout
+    assert "Default placement" not in done.stdout

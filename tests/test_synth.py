@@ -148,6 +148,10 @@ def test_a_config_file_gives_a_placement_as_cells_or_flat(tmp_path):
         assert (cfg.mesh_cols, cfg.mesh_rows, cfg.placement) == (2, 1, ((1, 0), (0, 0)))
 
 
+def test_a_block_named_twice_is_synthesised_once():
+    assert synth.plan(["shaper", "shaper"]) == synth.plan(["shaper"])
+
+
 def test_units_start_longest_first_by_their_last_time(tmp_path):
     """Never-timed units first, the likely long ones (tops, the blocks kept
     hierarchical) before the small ones; then the timed ones, longest first.
