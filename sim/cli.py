@@ -463,9 +463,9 @@ DURATIONS_NAME = "seconds.json"
 #: them the longest, ``pcie.host_staged``, started last and ran alone for
 #: its last minutes.
 TYPICAL_SECONDS = {
-    "pcie.host_staged": 400, "mesh.allreduce": 330, "mesh.credit": 310, "mesh.one_kb": 270,
-    "dsm.plane_off": 210, "mesh.round_trip": 140, "dsm.mixed": 140, "dsm.ring": 130,
-    "mesh.non_compute": 130, "mesh.ring_bandwidth": 110, "mesh.barrier": 90,
+    "pcie.host_staged": 400, "mesh.allreduce": 330, "mesh.credit": 180, "mesh.one_kb": 175,
+    "dsm.plane_off": 210, "mesh.round_trip": 95, "dsm.mixed": 140, "dsm.ring": 130,
+    "mesh.non_compute": 60, "mesh.ring_bandwidth": 110, "mesh.barrier": 90,
     "dsm.one_way": 90, "dsm.bidirectional": 90, "mesh.message_size": 50, "dsm.topology": 45,
     "dsm.isolated_pairs": 35, "mesh.layouts": 35, "mesh.three_speeds": 20,
     "pcie.kernel_pull": 18, "pcie.kernel_push": 17, "pcie.peer_copy": 13,

@@ -1,7 +1,7 @@
 """Integration: the ET-SoC-1 experiments through the generated Verilog under cocotb.
 
 Each experiment runs as ``fabricsim run`` runs it, on the reduced build the
-experiments declare, and its rows are checked against the seed values in
+experiment declares, and its rows are checked against the seed values in
 ``sim/reference/mesh.toml``.
 """
 
@@ -58,6 +58,12 @@ SAMPLED = {"round_trip": lambda cfg: mesh.pairs_runs(cfg, pairs=list(dict.fromke
                                                 credits=True)}
 
 
+def _sampled_runs(name, cfg):
+    dirty = set()
+    return [mesh.build_run(cfg, label, programs, dirty, meta)
+            for label, programs, meta in SAMPLED[name](cfg)]
+
+
 @pytest.fixture(scope="session")
 def experiment_result(verilog, tmp_path_factory):
     """Run each experiment once per session and share its result between tests."""
@@ -65,11 +71,10 @@ def experiment_result(verilog, tmp_path_factory):
         if name not in _RESULTS:
             exp = mesh.EXPERIMENTS[name]
             if name in SAMPLED:
-                dirty = set()
-                runs = [mesh.build_run(CFG, label, programs, dirty, meta)
-                        for label, programs, meta in SAMPLED[name](CFG)]
-                got = simulate(verilog, runs, tmp_path_factory.mktemp(name))
-                _RESULTS[name] = mesh.analyse(CFG, exp, runs, got, SIM)
+                cfg = mesh.build_config(MeshConfig(), exp)
+                runs = _sampled_runs(name, cfg)
+                got = simulate(_verilog(cfg), runs, tmp_path_factory.mktemp(name), cfg)
+                _RESULTS[name] = mesh.analyse(cfg, exp, runs, got, SIM)
             elif not exp.parts:
                 cfg = mesh.build_config(MeshConfig(), exp)
                 runs = mesh.build_runs(cfg, exp)
@@ -172,6 +177,18 @@ def test_naive_2d_hang_names_the_minion_with_two_readies(experiment_result):
 def test_heat_map_covers_every_other_shire(experiment_result):
     cells = experiment_result("round_trip")["heatmap"]["cells"]
     assert sorted(c["shire"] for c in cells) == list(range(1, 32))
+
+
+def test_minion_zero_build_times_minion_zero_as_the_bigger_shires_do(verilog, tmp_path):
+    """The credit experiment's build holds minion 0 alone in each shire
+    (``MINION_ZERO``); its sampled credit and TensorSend ping-pongs read the
+    same counters, cycle for cycle, as on the build with four minions per
+    shire."""
+    cfg = mesh.build_config(MeshConfig(), mesh.EXPERIMENTS["credit"])
+    assert cfg.minions_per_shire == 1 and CFG.minions_per_shire == 4
+    got = [[g["counters"] for g in simulate(v, _sampled_runs("credit", c), tmp_path / name, c)]
+           for name, v, c in (("four", verilog, CFG), ("one", _verilog(cfg), cfg))]
+    assert got[0] == got[1] and len(got[0]) > 1
 
 
 @pytest.mark.parametrize("op", [1, 2, 3])

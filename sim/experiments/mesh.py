@@ -1127,6 +1127,11 @@ def _layout_rows(cfg, runs, measured):
 ONE_SHIRE = (("compute_shires", 1), ("mesh_cols", 1), ("mesh_rows", 1),
              ("placement", ((0, 0),)), ("neighbourhoods", 4), ("minions_per_neighbourhood", 8))
 REDUCED = (("neighbourhoods", 2), ("minions_per_neighbourhood", 2))
+#: Minion 0 alone in each shire, for the experiments that run only minion 0 of
+#: each shire: its path to the mesh (neighbourhood switch, crossbar, mesh
+#: port) has the same stages as in a bigger shire, and the build simulates
+#: about twice as fast as :data:`REDUCED` (a quarter of the minion engines).
+MINION_ZERO = (("neighbourhoods", 1), ("minions_per_neighbourhood", 1))
 TREE_SOURCE = ("002_ef78cf597185d0e6.txt, 'Reduction trees': 'Each level adds about one round "
                "trip between the minions it pairs'")
 
@@ -1365,6 +1370,12 @@ _REDUCED_NOTE = ("Built with 2 neighbourhoods of 2 minions per shire (the measur
                  "need no more; the seed finds minion 31 gives the same numbers as minion 0, "
                  "since each shire meets the mesh at one point). Set neighbourhoods and "
                  "minions_per_neighbourhood to build full shires.")
+_MINION_ZERO_NOTE = ("Built with minion 0 alone in each shire: only minion 0 of each shire "
+                     "takes part, and its path to the mesh (neighbourhood switch, shire "
+                     "crossbar, mesh port) has the same stages in any size of shire; the "
+                     "seed finds minion 31 gives the same numbers as minion 0, since each "
+                     "shire meets the mesh at one point. Set neighbourhoods and "
+                     "minions_per_neighbourhood to build full shires.")
 
 def _shire_and_chip(shire_runs, chip_runs, chip_build=REDUCED):
     """The two builds of an experiment that needs whole shires and the chip
@@ -1374,15 +1385,15 @@ def _shire_and_chip(shire_runs, chip_runs, chip_build=REDUCED):
 
 EXPERIMENTS = {e.name: e for e in (
     Experiment("round_trip", "Round trip between minion 0 of every pair of shires",
-               pairs_runs, _pairs_rows, REDUCED,
-               notes=(_REDUCED_NOTE,
+               pairs_runs, _pairs_rows, MINION_ZERO,
+               notes=(_MINION_ZERO_NOTE,
                       "Three ping-pong exchanges of one register per pair; the round trip is "
                       "the spacing of the pinging minion's receives. Pairs run together only "
                       "when they share no shire and no directed mesh link, so no two "
                       "exchanges meet.")),
     Experiment("credit", "Credit round trips between minion 0 of every pair of shires",
-               _credit_runs, _credit_rows, REDUCED,
-               notes=(_REDUCED_NOTE,
+               _credit_runs, _credit_rows, MINION_ZERO,
+               notes=(_MINION_ZERO_NOTE,
                       "Three credit ping-pongs per pair: minion 0 of one shire sends a credit "
                       "and sleeps until the other's comes back; the other sleeps until the "
                       "first's arrives, then sends its own. A credit is a one-flit message on "
@@ -1414,8 +1425,8 @@ EXPERIMENTS = {e.name: e for e in (
                       "The seed's chip-wide barrier (global atomics and credits, 8.3 us) "
                       "goes through memory, which the model does not hold.")),
     Experiment("one_kb", "1 KB round trips between minion 0 of every pair of shires",
-               _one_kb_runs, _one_kb_rows, REDUCED,
-               notes=(_REDUCED_NOTE,
+               _one_kb_runs, _one_kb_rows, MINION_ZERO,
+               notes=(_MINION_ZERO_NOTE,
                       "Three ping-pong exchanges of 32 registers (1 KB) per pair, packed into "
                       "runs as in the round-trip experiment. A TensorSend keeps at most "
                       "send_window_flits flits in flight unacknowledged; the receiving engine "
@@ -1480,8 +1491,8 @@ EXPERIMENTS = {e.name: e for e in (
                       "level), so the tree takes no READY messages; a child's flits are "
                       "combined as they arrive, interleaved with its siblings'.")),
     Experiment("non_compute", "Streams routed through the non-compute cells",
-               _non_compute_runs, _non_compute_rows, REDUCED,
-               notes=(_REDUCED_NOTE,
+               _non_compute_runs, _non_compute_rows, MINION_ZERO,
+               notes=(_MINION_ZERO_NOTE,
                       "For each non-compute cell that an X-then-Y route between compute "
                       "shires crosses, the longest such route and a route of as many hops "
                       "through compute cells only each carry a stream: minion 0 of the "
