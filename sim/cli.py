@@ -234,9 +234,10 @@ def _cmd_list(args):
     from rich.table import Table
 
     for fabric in args.fabrics:
-        if fabric not in FABRICS:
-            raise UsageError(f"FABRIC must be one of {', '.join(FABRICS)}, not {fabric!r}")
-    fabrics = list(dict.fromkeys(args.fabrics)) or list(FABRICS)
+        if fabric not in (*FABRICS, "all"):
+            raise UsageError(f"FABRIC must be one of {', '.join(FABRICS)} or all, not {fabric!r}")
+    fabrics = ([f for f in FABRICS if f in args.fabrics or "all" in args.fabrics]
+               or list(FABRICS))
     console = Console()
     table = Table(title="experiments")
     for col in ("name", "what"):
@@ -463,13 +464,13 @@ DURATIONS_NAME = "seconds.json"
 #: them the longest, ``pcie.host_staged``, started last and ran alone for
 #: its last minutes.
 TYPICAL_SECONDS = {
-    "pcie.host_staged": 400, "mesh.allreduce": 330, "mesh.credit": 180, "mesh.one_kb": 175,
-    "dsm.plane_off": 210, "mesh.round_trip": 95, "dsm.mixed": 140, "dsm.ring": 130,
-    "mesh.non_compute": 60, "mesh.ring_bandwidth": 110, "mesh.barrier": 90,
-    "dsm.one_way": 90, "dsm.bidirectional": 90, "mesh.message_size": 50, "dsm.topology": 45,
-    "dsm.isolated_pairs": 35, "mesh.layouts": 35, "mesh.three_speeds": 20,
-    "pcie.kernel_pull": 18, "pcie.kernel_push": 17, "pcie.peer_copy": 13,
-    "pcie.link_faults": 13, "pcie.pageable_copy": 12,
+    "pcie.host_staged": 625, "mesh.allreduce": 550, "dsm.plane_off": 260, "mesh.credit": 250,
+    "mesh.one_kb": 185, "dsm.mixed": 170, "dsm.ring": 145, "mesh.ring_bandwidth": 135,
+    "dsm.bidirectional": 110, "dsm.one_way": 105, "mesh.round_trip": 100,
+    "mesh.non_compute": 65, "dsm.topology": 60, "mesh.message_size": 50, "mesh.layouts": 45,
+    "dsm.isolated_pairs": 40, "mesh.three_speeds": 30, "pcie.kernel_pull": 25,
+    "pcie.kernel_push": 25, "pcie.peer_copy": 19, "pcie.link_faults": 18,
+    "pcie.pageable_copy": 11, "mesh.barrier": 4,
 }
 
 
@@ -684,7 +685,7 @@ def main(argv=None):
     sub = parser.add_subparsers(dest="command", required=True)
     listing = sub.add_parser("list", help="list experiments and configuration fields")
     listing.add_argument("fabrics", nargs="*", metavar="FABRIC",
-                         help="only these fabrics (default: all)")
+                         help="only these fabrics (all, the default: every one)")
     run = sub.add_parser("run", help="run experiments")
     run.add_argument("names", nargs="+", metavar="NAME")
     run.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")

@@ -33,8 +33,8 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["check_outputs", "grid_points", "map_tasks", "metric_rows", "parse_grid", "plan_sweep", "run_sweep",
-           "sweep_table", "write_sweep"]
+__all__ = ["check_outputs", "grid_points", "map_tasks", "metric_rows", "parse_grid",
+           "plan_sweep", "run_sweep", "sweep_table", "write_sweep"]
 
 ENGINES = ("local", "dask")
 

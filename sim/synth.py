@@ -818,6 +818,7 @@ def plan(blocks=(), devices=(), config=None):
             if not devices or device in devices:
                 out.append((name, device, items))
     if not out:
+        blocks = list(dict.fromkeys(blocks))
         raise UsageError(f"--device {', '.join(devices)} is not a target of "
                          f"{', '.join(blocks)}; their devices: "
                          + ", ".join(sorted({d for b in blocks for d in BLOCKS[b].devices})))
