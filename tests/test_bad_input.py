@@ -170,16 +170,23 @@ def test_results_folder_that_cannot_be_written(tmp_path, capsys):
     assert not (tmp_path / "build").exists()
 
 
+def _blocked_results(tmp_path, blocked):
+    """``tmp_path/results`` with ``blocked`` in it taken: by a folder where a
+    result file (a name with a suffix) goes, else by a file where a folder goes."""
+    results = tmp_path / "results"
+    (results / blocked).parent.mkdir(parents=True, exist_ok=True)
+    if (results / blocked).suffix:
+        (results / blocked).mkdir()
+    else:
+        (results / blocked).write_text("not a folder\n")
+    return results
+
+
 @pytest.mark.parametrize("blocked", ["dsm", "dsm/one_way.json"])
 def test_results_fabric_folder_that_cannot_be_written(tmp_path, capsys, blocked):
     """A fabric's results folder that is a file, or a results file that is a
     folder, is refused before anything is built, not after the simulation."""
-    results = tmp_path / "results"
-    (results / blocked).parent.mkdir(parents=True, exist_ok=True)
-    if blocked.endswith(".json"):
-        (results / blocked).mkdir()
-    else:
-        (results / blocked).write_text("not a folder\n")
+    results = _blocked_results(tmp_path, blocked)
     status, err = _run(tmp_path, capsys, ["run", "pcie.peer_copy", "dsm.one_way"],
                        results=results)
     _assert_refused(status, err, "--results must ")
@@ -191,12 +198,7 @@ def test_results_fabric_folder_that_cannot_be_written(tmp_path, capsys, blocked)
 def test_sweep_results_that_cannot_be_written(tmp_path, capsys, blocked):
     """A sweep whose table cannot be written (``results/sweep`` a file, or one
     of its output files a folder) is refused before any point is simulated."""
-    results = tmp_path / "results"
-    (results / blocked).parent.mkdir(parents=True, exist_ok=True)
-    if blocked.endswith(".csv"):
-        (results / blocked).mkdir()
-    else:
-        (results / blocked).write_text("not a folder\n")
+    results = _blocked_results(tmp_path, blocked)
     status, err = _run(tmp_path, capsys, ["sweep", "dsm.one_way", "--grid", "cluster_size=2,3"],
                        results=results)
     _assert_refused(status, err, "--results must ")
