@@ -283,6 +283,12 @@ def metric_rows(table, metric):
     return metric, chosen
 
 
+def _output_paths(results_dir, stem):
+    """``(csv, png, json)`` paths of a sweep's table under ``<results_dir>/sweep``."""
+    folder = Path(results_dir) / "sweep"
+    return tuple(folder / f"{stem}.{ext}" for ext in ("csv", "png", "json"))
+
+
 def check_outputs(results_dir, stem):
     """Check, before a sweep runs, that its table can be written: folder
     ``<results_dir>/sweep`` (made if missing) takes files and none of
@@ -295,10 +301,8 @@ def check_outputs(results_dir, stem):
     """
     from sim.cli import UsageError, _writable_folder
 
-    folder = Path(results_dir) / "sweep"
-    _writable_folder(folder, "--results")
-    for ext in ("json", "csv", "png"):
-        out = folder / f"{stem}.{ext}"
+    _writable_folder(Path(results_dir) / "sweep", "--results")
+    for out in _output_paths(results_dir, stem):
         if out.is_dir():
             raise UsageError(f"--results must leave {str(out)!r} free for the sweep's "
                              f"table, but it is a folder")
@@ -323,7 +327,7 @@ def write_sweep(results_dir, fabric, name, grid, items, sim, engine, table, metr
     folder = Path(results_dir) / "sweep"
     folder.mkdir(parents=True, exist_ok=True)
     stem = f"{fabric}.{name}"
-    csv_path, png_path, path = (folder / f"{stem}.{ext}" for ext in ("csv", "png", "json"))
+    csv_path, png_path, path = _output_paths(results_dir, stem)
     fields = [f for f, _ in grid]
     text = io.StringIO()
     writer = csv.writer(text)

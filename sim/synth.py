@@ -809,8 +809,9 @@ def plan(blocks=(), devices=(), config=None):
     for name in devices:
         _device_named(name)
     config = config or {}
+    blocks = list(dict.fromkeys(blocks))      # each once, however often named
     out = []
-    for name in dict.fromkeys(blocks or BLOCKS):     # each once, however often named
+    for name in blocks or BLOCKS:
         block = BLOCKS[name]
         items = tuple(config.get(block.fabric, ()))
         block_config(block, items)          # bad input stops here
@@ -818,7 +819,6 @@ def plan(blocks=(), devices=(), config=None):
             if not devices or device in devices:
                 out.append((name, device, items))
     if not out:
-        blocks = list(dict.fromkeys(blocks))
         raise UsageError(f"--device {', '.join(devices)} is not a target of "
                          f"{', '.join(blocks)}; their devices: "
                          + ", ".join(sorted({d for b in blocks for d in BLOCKS[b].devices})))
