@@ -8,7 +8,7 @@ from amaranth.sim import Simulator
 from hdl.common.credit import LinkPipeline
 from hdl.etsoc.config import COMBINE_OPS, DEFAULT_PLACEMENT, MeshConfig, tree_edge
 from hdl.etsoc.engine import Couple, EngineReg, MinionEngine, MsgKind
-from hdl.etsoc.mesh import make_flit_layout
+from hdl.etsoc.mesh import make_flit_layout, mesh_registers
 from sim.experiments.mesh import PingPong, expected_checksums
 
 CFG = MeshConfig()
@@ -486,6 +486,47 @@ def test_runs_without_credits_write_no_credit_registers():
         (a, EngineReg.CREDIT, 0), (b, EngineReg.CREDIT, 0)}
     last = experiments.build_run(cfg, "msg", experiments.PingPong(a, b), dirty)
     assert not regs(last) & {EngineReg.CREDIT, EngineReg.BARRIER}
+
+
+def _bus_state(cfg, writes):
+    """What the configuration bus leaves in every register after ``writes``."""
+    from hdl.etsoc.mesh import ALL_MINIONS, GLOBAL
+
+    built = [cfg.minion_id(s, k) for s in range(cfg.compute_shires)
+             for k in range(cfg.minions_per_shire)]
+    state = {}
+    for addr, value in writes:
+        if addr & GLOBAL:
+            state["mesh", addr & 15] = value
+        for gid in built if addr & ALL_MINIONS else () if addr & GLOBAL else (addr >> 4,):
+            state[gid, addr & 15] = value
+    return state
+
+
+def test_a_register_set_on_every_minion_is_written_once_for_all():
+    """A register a run sets on every built minion goes out as one
+    ``ALL_MINIONS`` write of its commonest value, then the minions that differ
+    (the last of two writes counting); every register ends as the per-minion
+    writes leave it.  A register some minion is not given stays per minion."""
+    from hdl.etsoc.mesh import ALL_MINIONS, GLOBAL
+    from sim.experiments import mesh as experiments
+
+    cfg = _one_shire()
+    built = [cfg.minion_id(0, k) for k in range(cfg.minions_per_shire)]
+    writes = ([(GLOBAL | 0, 10)]
+              + [(g << 4 | EngineReg.NREGS, 3 if g == built[2] else 1) for g in built]
+              + [(built[0] << 4 | EngineReg.OP, 1), (built[1] << 4 | EngineReg.NREGS, 2),
+                 (built[1] << 4 | EngineReg.NREGS, 1)])
+    out = experiments.broadcast_writes(cfg, writes)
+    assert _bus_state(cfg, out) == _bus_state(cfg, writes)
+    assert out == [(GLOBAL | 0, 10), (ALL_MINIONS | EngineReg.NREGS, 1),
+                   (built[2] << 4 | EngineReg.NREGS, 3), (built[0] << 4 | EngineReg.OP, 1)]
+    assert experiments.broadcast_writes(cfg, writes[:-3]) != writes[:-3]
+    assert experiments.broadcast_writes(cfg, writes[:2] + writes[3:-3]) == writes[:2] + writes[3:-3]
+    # a tree over every minion: the mesh-wide registers and one write per engine register
+    tree = experiments.build_run(cfg, "all", experiments.Tree(0b11), set())
+    assert len(tree["writes"]) == len(mesh_registers(cfg)) + 8
+    assert all(addr & (GLOBAL | ALL_MINIONS) for addr, _ in tree["writes"])
 
 
 def test_a_stray_flit_is_counted_and_its_source_recorded():

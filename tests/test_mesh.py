@@ -15,7 +15,7 @@ import pytest
 
 from hdl.etsoc.config import MeshConfig
 from hdl.etsoc.engine import EngineReg
-from hdl.etsoc.mesh import EtSocMesh
+from hdl.etsoc.mesh import ALL_MINIONS, EtSocMesh
 from sim.build import generate_verilog
 from sim.experiments import mesh
 from sim.report import row_met
@@ -192,6 +192,23 @@ def test_minion_zero_build_times_minion_zero_as_the_bigger_shires_do(verilog, tm
     got = [[g["counters"] for g in simulate(v, _sampled_runs("credit", c), tmp_path / name, c)]
            for name, v, c in (("four", verilog, CFG), ("one", _verilog(cfg), cfg))]
     assert got[0] == got[1] and len(got[0]) > 1
+
+
+def test_a_tree_over_every_minion_is_programmed_by_broadcast_writes(verilog, tmp_path):
+    """A tree over all 128 minions of the build takes its engine registers in
+    one ``ALL_MINIONS`` write each; after a 40-register add between two far
+    minions, every engine (those two included) must take the tree's message
+    size and op, or the checksums fail."""
+    dirty = set()
+    first = mesh.build_run(CFG, "add", mesh.PingPong(CFG.minion_id(0, 1), CFG.minion_id(31, 3),
+                                                     nregs=40, op=1), dirty)
+    (label, tree, meta), = mesh._tree_all_runs(CFG)
+    assert meta["minions"] == 128
+    run = mesh.build_run(CFG, label, tree, dirty, meta)
+    assert sum(1 for addr, _ in run["writes"] if addr & ALL_MINIONS) == 8
+    assert len(run["writes"]) < 20
+    for want, got in zip([first, run], simulate(verilog, [first, run], tmp_path)):
+        mesh.check_run(CFG, want, got)   # raises on any wrong register
 
 
 @pytest.mark.parametrize("op", [1, 2, 3])

@@ -27,10 +27,13 @@ from .config import MeshConfig
 from .shire import ENGINE_COUNTERS, Shire
 
 __all__ = ["Port", "MeshRouter", "ShirePort", "EtSocMesh", "MeshReg", "mesh_registers",
-           "make_flit_layout", "counter_names", "ENGINE_COUNTERS", "GLOBAL"]
+           "make_flit_layout", "counter_names", "ENGINE_COUNTERS", "GLOBAL", "ALL_MINIONS"]
 
 #: ``cfg_addr`` bit that selects the mesh-wide registers (:class:`MeshReg`).
 GLOBAL = 1 << 14
+#: ``cfg_addr`` bit that writes one engine register of every minion at once
+#: (``ALL_MINIONS | reg``), as a configuration bus broadcast does.
+ALL_MINIONS = 1 << 15
 
 
 class MeshReg(enum.IntEnum):
@@ -286,10 +289,12 @@ class EtSocMesh(wiring.Component):
         domain's ``clk`` and ``rst`` are added by the Verilog back end.
     cfg_we : In(1)
         Write ``cfg_data`` to register ``cfg_addr``.
-    cfg_addr : In(15)
-        ``{0, minion[9:0], reg[3:0]}``: register ``reg``
+    cfg_addr : In(16)
+        ``{0, 0, minion[9:0], reg[3:0]}``: register ``reg``
         (:class:`~hdl.etsoc.engine.EngineReg`) of global minion ``minion``;
-        ``{1, 10'b0, reg[3:0]}`` (:data:`GLOBAL` ``| reg``): a :class:`MeshReg`.
+        ``{1, 0, 10'b0, reg[3:0]}`` (:data:`ALL_MINIONS` ``| reg``): register
+        ``reg`` of every minion in one write;
+        ``{0, 1, 10'b0, reg[3:0]}`` (:data:`GLOBAL` ``| reg``): a :class:`MeshReg`.
     cfg_data : In(32)
         Register value.
     ctl_init, ctl_start, ctl_verify : In(1)
@@ -312,7 +317,7 @@ class EtSocMesh(wiring.Component):
         self.checks = bool(checks)
         super().__init__({
             "mesh_clk": In(1), "mesh_rst": In(1),
-            "cfg_we": In(1), "cfg_addr": In(15), "cfg_data": In(32),
+            "cfg_we": In(1), "cfg_addr": In(16), "cfg_data": In(32),
             "ctl_init": In(1), "ctl_start": In(1), "ctl_verify": In(1),
             "init_done": Out(1), "done": Out(1), "verify_done": Out(1), "stuck": Out(1),
             "rd_addr": In(16), "rd_data": Out(32),
@@ -358,7 +363,8 @@ class EtSocMesh(wiring.Component):
             m.submodules[f"shire{s}"] = shire
             m.d.comb += [shire.i_shire.eq(s),
                          shire.i_we.eq(self.cfg_we & ~self.cfg_addr[14]
-                                       & (self.cfg_addr[9:14] == s)),
+                                       & (self.cfg_addr[15] | (self.cfg_addr[9:14] == s))),
+                         shire.i_all.eq(self.cfg_addr[15]),
                          shire.i_minion.eq(self.cfg_addr[4:9]),
                          shire.i_reg.eq(self.cfg_addr[:4]), shire.i_data.eq(self.cfg_data),
                          shire.i_init.eq(self.ctl_init), shire.i_start.eq(self.ctl_start),

@@ -165,6 +165,9 @@ class Shire(wiring.Component):
     i_we, i_minion : In(1), In(5); i_reg : In(4); i_data : In(32)
         Write ``i_data`` to register ``i_reg`` of minion ``i_minion`` of this
         shire (a minion that is not built ignores it).
+    i_all : In(1)
+        With ``i_we``: write register ``i_reg`` of every minion of this shire,
+        whatever ``i_minion``.
     i_init, i_start, i_verify : In(1); i_now : In(32)
         To every engine (see :class:`MinionEngine`).
     o_init_done, o_done, o_verify_done : Out(1)
@@ -186,8 +189,8 @@ class Shire(wiring.Component):
                           "i_send_cycles": In(8), "i_recv_cycles": In(8),
                           "i_tree_cycles": In(8), "i_xbar_cycles": In(8),
                           "i_window_flits": In(8), "i_ack_flits": In(8),
-                          "i_we": In(1), "i_minion": In(5), "i_reg": In(4), "i_data": In(32),
-                          "i_init": In(1), "i_start": In(1), "i_verify": In(1),
+                          "i_we": In(1), "i_all": In(1), "i_minion": In(5), "i_reg": In(4),
+                          "i_data": In(32), "i_init": In(1), "i_start": In(1), "i_verify": In(1),
                           "i_now": In(32),
                           "o_init_done": Out(1), "o_done": Out(1), "o_verify_done": Out(1),
                           "o_progress": Out(1),
@@ -217,7 +220,7 @@ class Shire(wiring.Component):
                                   checks=self.checks)
             m.submodules[f"engine{k}"] = engine
             m.d.comb += [engine.i_minion.eq(Cat(Const(k, 5), self.i_shire)),
-                         engine.i_we.eq(self.i_we & (self.i_minion == k)),
+                         engine.i_we.eq(self.i_we & (self.i_all | (self.i_minion == k))),
                          engine.i_reg.eq(self.i_reg), engine.i_data.eq(self.i_data),
                          engine.i_init.eq(self.i_init), engine.i_start.eq(self.i_start),
                          engine.i_verify.eq(self.i_verify), engine.i_now.eq(self.i_now),
