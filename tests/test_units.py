@@ -350,3 +350,35 @@ def test_sync_fifo_keeps_shallow_queues_in_distributed_ram_and_rejects_bad_sizes
         Fragment.get(queue, None)
     with pytest.raises(TypeError, match="depth must be a non-negative integer"):
         sync_fifo(width=4, depth=-1)
+
+
+@pytest.mark.parametrize("fill_words, filled", [(5, 5), (1, 1), (0, 32), (33, 32)])
+def test_the_shared_memory_fill_stops_after_fill_words(fill_words, filled):
+    """``ctl_init`` fills words 0 to ``FILL_WORDS - 1``, one per cycle (all 32
+    words of a 1 KiB memory when 0, or more than it holds)."""
+    from hdl.hopper.endpoint import GlobalReg, SmEndpoint
+
+    cfg = DsmConfig(smem_bytes=1024)
+    dut = SmEndpoint(cfg=cfg, flit_layout=make_flit_layout(cfg))
+    got = {}
+
+    async def bench(ctx):
+        ctx.set(dut.cfg_we, 1)
+        ctx.set(dut.cfg_addr, GlobalReg.FILL_WORDS)
+        ctx.set(dut.cfg_data, fill_words)
+        await ctx.tick()
+        ctx.set(dut.cfg_we, 0)
+        ctx.set(dut.ctl_init, 1)
+        await ctx.tick()
+        ctx.set(dut.ctl_init, 0)
+        cycles = 0
+        while not ctx.get(dut.o_init_done):
+            await ctx.tick()
+            cycles += 1
+        got["cycles"] = cycles
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-9)
+    sim.add_testbench(bench)
+    sim.run()
+    assert got["cycles"] == filled

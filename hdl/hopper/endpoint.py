@@ -82,6 +82,7 @@ class GlobalReg(enum.IntEnum):
     LEADER = 25       #: slot of rank 0, which gathers and releases the barrier
     MEMBER_MASK = 26  #: bit per slot of the cluster's members (used by the leader)
     N_MEMBERS = 27    #: cluster size
+    FILL_WORDS = 28   #: words the fill writes, from word 0 (0, or more than the memory: all)
 
 
 def pattern_word(slot, addr, seed, lanes):
@@ -221,7 +222,9 @@ class SmEndpoint(wiring.Component):
         :class:`GlobalReg`).
     ctl_init : In(1)
         Pulse: clear the run state and fill shared memory (pattern in source
-        words, zero in the regions registered for checking).
+        words, zero in the regions registered for checking), words 0 to
+        ``FILL_WORDS - 1`` (:class:`GlobalReg`; every word when 0), one word
+        per cycle.
     ctl_start : In(1)
         Pulse: start the run (stream delays count from here).
     ctl_verify : In(1)
@@ -345,6 +348,7 @@ class SmEndpoint(wiring.Component):
         leader = reg(GlobalReg.LEADER, 5, "leader")
         member_mask = reg(GlobalReg.MEMBER_MASK, cfg.n_slots, "member_mask")
         n_members = reg(GlobalReg.N_MEMBERS, 5, "n_members")
+        fill_words = reg(GlobalReg.FILL_WORDS, abits + 1, "fill_words")
         with m.If(self.cfg_we):
             with m.Switch(self.cfg_addr):
                 for addr, r in regs.items():
@@ -521,6 +525,11 @@ class SmEndpoint(wiring.Component):
         # --- fill / write port ----------------------------------------------
         fill_addr = Signal(abits + 1)
         filling = Signal()
+        # A run's regions start at word 0, so words past them are neither read
+        # nor checked and the fill can stop there (FILL_WORDS).
+        fill_last = Signal(abits + 1)
+        m.d.comb += fill_last.eq(Mux((fill_words != 0) & (fill_words <= cfg.smem_words),
+                                     fill_words - 1, cfg.smem_words - 1))
         in_check = Signal()
         m.d.comb += in_check.eq(Cat(*(((fill_addr >= c_lbase[c]) &
                                        (fill_addr < c_lbase[c] + (c_gran[c] + gpf - 1) // gpf))
@@ -533,7 +542,7 @@ class SmEndpoint(wiring.Component):
                 wport.en.eq(full_mask),
             ]
             m.d.sync += fill_addr.eq(fill_addr + 1)
-            with m.If(fill_addr == cfg.smem_words - 1):
+            with m.If(fill_addr == fill_last):
                 m.d.sync += [filling.eq(0), self.o_init_done.eq(1)]
         with m.Else():
             m.d.comb += [wport.addr.eq(got.addr),

@@ -131,8 +131,10 @@ def build_run(cfg: DsmConfig, streams, label, plane_enable=None, fault=None,
     writes = []
     for slot in range(cfg.n_slots):
         member = slot in ranks
+        # the fill stops past the run's regions (at least one word: 0 fills all)
         regs[slot].update({GlobalReg.MEMBER: int(member), GlobalReg.LEADER: ranks[0],
-                           GlobalReg.MEMBER_MASK: mask, GlobalReg.N_MEMBERS: len(ranks)})
+                           GlobalReg.MEMBER_MASK: mask, GlobalReg.N_MEMBERS: len(ranks),
+                           GlobalReg.FILL_WORDS: max(free[slot], 1)})
         for s in range(N_STREAMS):
             regs[slot].setdefault(8 * s + StreamReg.KIND, 0)
         for c in range(N_CHECKS):
