@@ -17,7 +17,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
 from hdl.common.shared import SharedModule, collect_shared_modules
-from sim.build import convert_hierarchy
+from sim.build import FLAT_TOPS, HIER_BLOCK, convert_hierarchy
 from sim.runner import VERILATOR_WAIVERS
 from sim.toolchain import verilator_env
 
@@ -121,6 +121,16 @@ def test_the_hierarchy_holds_one_module_for_every_instance():
     text = convert_hierarchy(Chain(), "chain")
     assert text.count("module tagger(") == 1
     assert text.count("  tagger t") == 3
+
+
+def test_only_tops_outside_flat_tops_mark_hierarchical_blocks():
+    """Verilator builds a top of ``FLAT_TOPS`` flat: its shared modules are
+    still one module each, without the hierarchical-block mark."""
+    marked = convert_hierarchy(Chain(), "chain")
+    assert marked.count(HIER_BLOCK) == 1
+    for top in FLAT_TOPS:
+        flat = convert_hierarchy(Chain(), top)
+        assert HIER_BLOCK not in flat and flat.count("module tagger(") == 1
 
 
 def test_the_flat_design_behaves_as_the_shared_one_would():
