@@ -382,3 +382,46 @@ def test_the_shared_memory_fill_stops_after_fill_words(fill_words, filled):
     sim.add_testbench(bench)
     sim.run()
     assert got["cycles"] == filled
+
+
+@pytest.mark.parametrize("granules, words", [(9, 5), (6, 3), (2, 1)])
+def test_the_post_run_check_counts_every_wrong_word_of_a_region(granules, words):
+    """The check reads one word per read port (three) each cycle: a region
+    left at zero by the fill (nothing arrived) counts each of its words
+    wrong, the first at the region's start; words past the region are not
+    counted."""
+    from hdl.hopper.endpoint import CheckReg, GlobalReg, SmEndpoint
+
+    cfg = DsmConfig(smem_bytes=1024)
+    dut = SmEndpoint(cfg=cfg, flit_layout=make_flit_layout(cfg))
+    got = {}
+
+    async def pulse_and_wait(ctx, pulse, done):
+        ctx.set(pulse, 1)
+        await ctx.tick()
+        ctx.set(pulse, 0)
+        cycles = 0
+        while not ctx.get(done):
+            await ctx.tick()
+            cycles += 1
+        return cycles
+
+    async def bench(ctx):
+        for addr, value in ((16 + CheckReg.SRC, 3), (16 + CheckReg.SRC_BASE, 4),
+                            (16 + CheckReg.LOCAL_BASE, 2), (16 + CheckReg.GRANULES, granules),
+                            (GlobalReg.FILL_WORDS, 12)):
+            ctx.set(dut.cfg_we, 1)
+            ctx.set(dut.cfg_addr, addr)
+            ctx.set(dut.cfg_data, value)
+            await ctx.tick()
+        ctx.set(dut.cfg_we, 0)
+        await pulse_and_wait(ctx, dut.ctl_init, dut.o_init_done)
+        got["cycles"] = await pulse_and_wait(ctx, dut.ctl_verify, dut.o_verify_done)
+        got["errors"], got["first_bad"] = ctx.get(dut.o_errors), ctx.get(dut.o_first_bad)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-9)
+    sim.add_testbench(bench)
+    sim.run()
+    # ceil(words / 3) cycles of reads, then a cycle to close each region and one to finish
+    assert got == {"cycles": -(-words // 3) + 3, "errors": words, "first_bad": 1 << 31}

@@ -393,8 +393,6 @@ class SmEndpoint(wiring.Component):
             pipes.append(pipe)
             rp = rports[s]
             m.d.comb += [rp.en.eq(1), pipe.i_rd_data.eq(rp.data)]
-            if s > 0:
-                m.d.comb += rp.addr.eq(pipe.o_rd_addr)
 
             kind = Signal(2, name=f"g{s}_kind")
             remaining = Signal(abits + 2, name=f"g{s}_remaining")
@@ -569,7 +567,7 @@ class SmEndpoint(wiring.Component):
         resp = FlitPipe(flit_layout=layout, addr_bits=abits, latency=1)
         m.submodules.responder = resp
         rp = rports[N_STREAMS]
-        m.d.comb += [rp.en.eq(1), rp.addr.eq(resp.o_rd_addr), resp.i_rd_data.eq(rp.data)]
+        m.d.comb += [rp.en.eq(1), resp.i_rd_data.eq(rp.data)]
         cmd = layout(read_queue.r_data[:layout.size])
         waited = Signal(16)
         m.d.comb += waited.eq(now - read_queue.r_data[layout.size:])
@@ -673,17 +671,20 @@ class SmEndpoint(wiring.Component):
         m.d.comb += ack.i_idle.eq(~req_merge.o.valid & ~req_queue.r_rdy & ~resp.o.valid
                                   & ~bar_valid)
 
+        # the read ports' addresses: the streams' and the responder's pipes
+        # (and, with the checks, the post-run check's while it runs)
+        addrs = [pipe.o_rd_addr for pipe in pipes] + [resp.o_rd_addr]
         if self.checks:
-            self._checks(m, got, hit, is_data, rports[0], pipes[0], c_src, c_sbase, c_lbase,
-                         c_gran)
+            self._checks(m, got, hit, is_data, rports, addrs, c_src, c_sbase, c_lbase, c_gran)
         else:
-            m.d.comb += rports[0].addr.eq(pipes[0].o_rd_addr)
+            m.d.comb += [rp.addr.eq(addr) for rp, addr in zip(rports, addrs)]
         return m
 
-    def _checks(self, m, got, hit, is_data, rport, pipe, c_src, c_sbase, c_lbase, c_gran):
+    def _checks(self, m, got, hit, is_data, rports, addrs, c_src, c_sbase, c_lbase, c_gran):
         """The testbench-only logic: the arrival check of every data flit and
-        the post-run check of every checked region (read port ``rport``,
-        shared with stream pipe ``pipe``)."""
+        the post-run check of every checked region, one word per read port
+        each cycle (``rports``, idle after the run; ``addrs`` their
+        addresses otherwise)."""
         cfg = self.cfg
         abits = self.addr_bits
         gpf = self.words_per_flit_granules
@@ -711,20 +712,22 @@ class SmEndpoint(wiring.Component):
                          self.o_first_wrong_cycle.eq(self.i_run_cycle)]
 
         # --- verification (after the timed region) ------------------------
+        lanes_v = len(rports)       # words checked per cycle
         verifying = Signal()
         check = Signal(range(N_CHECKS + 1))
         offset = Signal(abits + 2)
-        cmp_valid = Signal()
-        cmp_expect = Signal(data_bits)
-        cmp_mask = Signal(gpf)
+        cmp_valid = Signal(lanes_v)
+        cmp_expect = [Signal(data_bits, name=f"cmp_expect{k}") for k in range(lanes_v)]
+        cmp_mask = [Signal(gpf, name=f"cmp_mask{k}") for k in range(lanes_v)]
         errors = Signal(32)
         m.d.comb += self.o_errors.eq(errors)
-        cmp_where = Signal(28)      # region and word offset of the word compared
+        cmp_where = Signal(28)      # region and word offset of lane 0's word
         c_words = Array((g + gpf - 1) // gpf for g in c_gran)
         c_gran_a = Array(c_gran)
         cur_words = c_words[check]
         v_addr = Array(c_lbase)[check] + offset
-        m.d.comb += rport.addr.eq(Mux(verifying, v_addr, pipe.o_rd_addr))
+        for k, (rp, addr) in enumerate(zip(rports, addrs)):
+            m.d.comb += rp.addr.eq(Mux(verifying, v_addr + k, addr))
         with m.If(self.ctl_verify):
             m.d.sync += [verifying.eq(1), check.eq(0), offset.eq(0), errors.eq(0),
                          self.o_verify_done.eq(0), cmp_valid.eq(0), self.o_first_bad.eq(0)]
@@ -734,21 +737,30 @@ class SmEndpoint(wiring.Component):
             with m.Elif(offset >= cur_words):
                 m.d.sync += [check.eq(check + 1), offset.eq(0), cmp_valid.eq(0)]
             with m.Else():
-                granules_left = c_gran_a[check] - offset * gpf
-                m.d.sync += [
-                    cmp_valid.eq(1),
-                    cmp_expect.eq(pattern_word(Array(c_src)[check], Array(c_sbase)[check] + offset,
-                                               cfg.data_seed, lanes)),
-                    cmp_mask.eq(Mux(granules_left >= gpf, full_mask, mask_of[granules_left % gpf])),
-                    offset.eq(offset + 1),
-                    cmp_where.eq(offset | (check << 24)),
-                ]
+                for k in range(lanes_v):
+                    granules_left = c_gran_a[check] - (offset + k) * gpf
+                    m.d.sync += [
+                        cmp_valid[k].eq(offset + k < cur_words),
+                        cmp_expect[k].eq(pattern_word(Array(c_src)[check],
+                                                      Array(c_sbase)[check] + offset + k,
+                                                      cfg.data_seed, lanes)),
+                        cmp_mask[k].eq(Mux(granules_left >= gpf, full_mask,
+                                           mask_of[granules_left % gpf])),
+                    ]
+                m.d.sync += [offset.eq(offset + lanes_v), cmp_where.eq(offset | (check << 24))]
         with m.Else():
             m.d.sync += cmp_valid.eq(0)
-        with m.If(cmp_valid):
-            bad = Cat(*((rport.data.word_select(k, GRANULE_BYTES * 8)
-                         != cmp_expect.word_select(k, GRANULE_BYTES * 8)) & cmp_mask[k]
-                        for k in range(gpf))).any()
-            m.d.sync += errors.eq(errors + bad)
-            with m.If(bad & ~self.o_first_bad[31]):
-                m.d.sync += self.o_first_bad.eq(cmp_where | (1 << 31))
+        bad = [Signal(name=f"cmp_bad{k}") for k in range(lanes_v)]
+        for k, rp in enumerate(rports):
+            m.d.comb += bad[k].eq(cmp_valid[k] & Cat(*(
+                (rp.data.word_select(j, GRANULE_BYTES * 8)
+                 != cmp_expect[k].word_select(j, GRANULE_BYTES * 8)) & cmp_mask[k][j]
+                for j in range(gpf))).any())
+        with m.If(Cat(*bad).any()):
+            m.d.sync += errors.eq(errors + sum(b.as_unsigned() for b in bad))
+        first = Signal(range(lanes_v))
+        for k in reversed(range(lanes_v)):
+            with m.If(bad[k]):
+                m.d.comb += first.eq(k)
+        with m.If(Cat(*bad).any() & ~self.o_first_bad[31]):
+            m.d.sync += self.o_first_bad.eq((cmp_where + first) | (1 << 31))
