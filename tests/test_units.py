@@ -385,16 +385,31 @@ def test_the_shared_memory_fill_stops_after_fill_words(fill_words, filled):
 
 
 @pytest.mark.parametrize("granules, words", [(9, 5), (6, 3), (2, 1)])
-def test_the_post_run_check_counts_every_wrong_word_of_a_region(granules, words):
-    """The check reads one word per read port (three) each cycle: a region
-    left at zero by the fill (nothing arrived) counts each of its words
-    wrong, the first at the region's start; words past the region are not
-    counted."""
+@pytest.mark.parametrize("source", ["zero", "same", "shifted"])
+def test_the_post_run_check_compares_each_word_of_a_region(granules, words, source):
+    """The check reads one word per read port (three) each cycle and compares
+    each with the source pattern of its own address.  A region left at zero
+    by the fill (nothing arrived) counts every word wrong, the first at the
+    region's start; so does a region whose source words are one off; a
+    region over this SM's own filled words, named as its own source, counts
+    none.  Words past the region are not counted."""
     from hdl.hopper.endpoint import CheckReg, GlobalReg, SmEndpoint
 
     cfg = DsmConfig(smem_bytes=1024)
     dut = SmEndpoint(cfg=cfg, flit_layout=make_flit_layout(cfg))
+    slot, base = 3, 2
+    region = ((16 + CheckReg.SRC, slot),
+              (16 + CheckReg.SRC_BASE, base + (source == "shifted")),
+              (16 + CheckReg.LOCAL_BASE, base), (16 + CheckReg.GRANULES, granules))
     got = {}
+
+    async def write(ctx, writes):
+        for addr, value in writes:
+            ctx.set(dut.cfg_we, 1)
+            ctx.set(dut.cfg_addr, addr)
+            ctx.set(dut.cfg_data, value)
+            await ctx.tick()
+        ctx.set(dut.cfg_we, 0)
 
     async def pulse_and_wait(ctx, pulse, done):
         ctx.set(pulse, 1)
@@ -407,15 +422,12 @@ def test_the_post_run_check_counts_every_wrong_word_of_a_region(granules, words)
         return cycles
 
     async def bench(ctx):
-        for addr, value in ((16 + CheckReg.SRC, 3), (16 + CheckReg.SRC_BASE, 4),
-                            (16 + CheckReg.LOCAL_BASE, 2), (16 + CheckReg.GRANULES, granules),
-                            (GlobalReg.FILL_WORDS, 12)):
-            ctx.set(dut.cfg_we, 1)
-            ctx.set(dut.cfg_addr, addr)
-            ctx.set(dut.cfg_data, value)
-            await ctx.tick()
-        ctx.set(dut.cfg_we, 0)
+        ctx.set(dut.i_slot, slot)
+        # the fill zeroes a region registered for checking, and writes the
+        # pattern everywhere else
+        await write(ctx, ((GlobalReg.FILL_WORDS, 12),) + (region if source == "zero" else ()))
         await pulse_and_wait(ctx, dut.ctl_init, dut.o_init_done)
+        await write(ctx, region)
         got["cycles"] = await pulse_and_wait(ctx, dut.ctl_verify, dut.o_verify_done)
         got["errors"], got["first_bad"] = ctx.get(dut.o_errors), ctx.get(dut.o_first_bad)
 
@@ -423,5 +435,7 @@ def test_the_post_run_check_counts_every_wrong_word_of_a_region(granules, words)
     sim.add_clock(1e-9)
     sim.add_testbench(bench)
     sim.run()
+    wrong = 0 if source == "same" else words
     # ceil(words / 3) cycles of reads, then a cycle to close each region and one to finish
-    assert got == {"cycles": -(-words // 3) + 3, "errors": words, "first_bad": 1 << 31}
+    assert got == {"cycles": -(-words // 3) + 3, "errors": wrong,
+                   "first_bad": 1 << 31 if wrong else 0}

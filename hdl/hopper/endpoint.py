@@ -76,7 +76,7 @@ class CheckReg(enum.IntEnum):
 
 
 class GlobalReg(enum.IntEnum):
-    """Per-SM barrier registers."""
+    """Per-SM cluster (barrier) and shared-memory fill registers."""
 
     MEMBER = 24       #: 1 if this SM runs a cluster rank
     LEADER = 25       #: slot of rank 0, which gathers and releases the barrier
@@ -348,7 +348,7 @@ class SmEndpoint(wiring.Component):
         leader = reg(GlobalReg.LEADER, 5, "leader")
         member_mask = reg(GlobalReg.MEMBER_MASK, cfg.n_slots, "member_mask")
         n_members = reg(GlobalReg.N_MEMBERS, 5, "n_members")
-        fill_words = reg(GlobalReg.FILL_WORDS, abits + 1, "fill_words")
+        fill_words = reg(GlobalReg.FILL_WORDS, 32, "fill_words")
         with m.If(self.cfg_we):
             with m.Switch(self.cfg_addr):
                 for addr, r in regs.items():
