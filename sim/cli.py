@@ -464,13 +464,13 @@ DURATIONS_NAME = "seconds.json"
 #: them the longest, ``pcie.host_staged``, started last and ran alone for
 #: its last minutes.
 TYPICAL_SECONDS = {
-    "pcie.host_staged": 625, "mesh.allreduce": 550, "dsm.plane_off": 260, "mesh.credit": 250,
-    "mesh.one_kb": 185, "dsm.mixed": 170, "dsm.ring": 145, "mesh.ring_bandwidth": 135,
-    "dsm.bidirectional": 110, "dsm.one_way": 105, "mesh.round_trip": 100,
-    "mesh.non_compute": 65, "dsm.topology": 60, "mesh.message_size": 50, "mesh.layouts": 45,
-    "dsm.isolated_pairs": 40, "mesh.three_speeds": 30, "pcie.kernel_pull": 25,
-    "pcie.kernel_push": 25, "pcie.peer_copy": 19, "pcie.link_faults": 18,
-    "pcie.pageable_copy": 11, "mesh.barrier": 4,
+    "pcie.host_staged": 665, "mesh.allreduce": 445, "mesh.credit": 225, "mesh.one_kb": 220,
+    "mesh.ring_bandwidth": 150, "dsm.plane_off": 120, "mesh.round_trip": 120, "dsm.mixed": 95,
+    "dsm.ring": 75, "mesh.non_compute": 75, "dsm.bidirectional": 60, "mesh.message_size": 60,
+    "mesh.layouts": 50, "dsm.one_way": 45, "dsm.topology": 30, "mesh.three_speeds": 30,
+    "pcie.kernel_pull": 25, "pcie.kernel_push": 25, "pcie.peer_copy": 19,
+    "pcie.link_faults": 19, "dsm.isolated_pairs": 18, "pcie.pageable_copy": 12,
+    "mesh.barrier": 4,
 }
 
 
