@@ -103,6 +103,51 @@ def test_without_checks_an_engine_moves_the_same_traffic_in_the_same_cycles():
     assert without[a] == without[b] == 0 and not without["verified"]
 
 
+def _windowed_stream(idle):
+    """Minion ``a`` streams two 4-register messages to ``b`` with at most 3
+    flits unacknowledged and an ACK per 4 flits, after ``idle`` quiet cycles;
+    returns the cycles from start to done.  Three flits owe an ACK that only
+    the ACK sweep sends, so the sweep's phase at the start sets the pace."""
+    a, b = CFG.minion_id(0, 0), CFG.minion_id(0, 1)
+    m, ea, eb = _pair(a, b)
+    got = {}
+
+    async def bench(ctx):
+        for e in (ea, eb):
+            ctx.set(e.i_send_cycles, 2)
+            ctx.set(e.i_recv_cycles, 3)
+            ctx.set(e.i_window_flits, 3)
+            ctx.set(e.i_ack_flits, 4)
+        await _write(ctx, ea, {EngineReg.TX_PEER: b, EngineReg.TX_COUNT: 2,
+                               EngineReg.NREGS: 4})
+        await _write(ctx, eb, {EngineReg.RX_PEER: a, EngineReg.RX_COUNT: 2})
+        await ctx.tick().repeat(idle + 1)
+        ctx.set(ea.i_start, 1)
+        ctx.set(eb.i_start, 1)
+        await ctx.tick()
+        ctx.set(ea.i_start, 0)
+        ctx.set(eb.i_start, 0)
+        for cycle in range(2000):
+            await ctx.tick()
+            if ctx.get(ea.o_done) and ctx.get(eb.o_done):
+                got["cycles"] = cycle
+                break
+        assert ctx.get(eb.o_rx_msgs) == 2 and ctx.get(eb.o_errors) == 0
+
+    sim = Simulator(m)
+    sim.add_clock(1e-9)
+    sim.add_testbench(bench)
+    sim.run()
+    return got["cycles"]
+
+
+def test_a_run_takes_the_same_cycles_however_long_the_engines_idled_before():
+    """The ACK sweep restarts with the run, so the idle cycles before a start
+    (more register writes, a longer fill) do not move its timing."""
+    cycles = {idle: _windowed_stream(idle) for idle in range(16)}
+    assert len(set(cycles.values())) == 1, cycles
+
+
 def test_a_second_ready_waits_behind_the_first():
     """One partner's READY at a time: a second partner's READY is not taken."""
     dut = MinionEngine(flit_layout=LAYOUT)

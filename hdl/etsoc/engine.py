@@ -30,8 +30,10 @@ A TensorSend keeps at most ``i_window_flits`` flits in flight unacknowledged
 per hop up to 5 hops and 27-36 per hop beyond, so the sender seems to have a
 limited number of packets in flight").  The receiving engine answers every
 ``i_ack_flits`` flits it takes in, and a message's last, with an ACK on the
-response channel; any count still owed when a free-running 16-cycle sweep
-wraps goes out too, so no count waits more than 16 cycles.
+response channel; any count still owed when a 16-cycle sweep wraps goes
+out too, so no count waits more than 16 cycles.  The sweep restarts at
+each ``i_start``: a run takes the same cycles however long the engine
+idled before it.
 Near partners' ACKs return before the window fills; beyond a few hops the
 sender waits for them.  Tree messages use no window.
 
@@ -569,7 +571,12 @@ class MinionEngine(wiring.Component):
         took = window_on & self.i_req.valid & self.i_req.ready & (arriving.src == rx_peer)
         flush = Signal()
         sweep = Signal(4)
-        m.d.sync += sweep.eq(sweep + 1)
+        # The sweep restarts with every run, so a run's timing depends on its
+        # program alone, not on how many cycles passed before its start.
+        with m.If(self.i_start):
+            m.d.sync += sweep.eq(0)
+        with m.Else():
+            m.d.sync += sweep.eq(sweep + 1)
         m.d.comb += ack_valid.eq((owed != 0) & ((owed >= self.i_ack_flits) | flush))
         with m.If(self.i_start):
             m.d.sync += [owed.eq(0), flush.eq(0)]
