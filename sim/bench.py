@@ -576,7 +576,7 @@ def main(argv=None):
         print("sim.bench: error: --megacycles must be in (0, 100], --pysim-cycles at least 1 "
               "and --pysim-timeout positive", file=sys.stderr)
         return 2
-    console = Console(stderr=True)
+    console = Console(stderr=True, log_path=False)
     rows, skipped = [], []
     for fabric in args.fabrics:
         got, missed = bench_fabric(fabric, args.megacycles or DEFAULT_MEGACYCLES[fabric],

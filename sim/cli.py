@@ -455,6 +455,10 @@ def pool(jobs):
         max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
 
 
+#: Seconds between progress lines of ``run`` when its output is not a terminal
+#: (a terminal gets a live status line instead).
+PIPED_PROGRESS_SECONDS = 60
+
 #: Seconds each experiment last took to simulate, under ``<build>/runs/<sim>/``.
 DURATIONS_NAME = "seconds.json"
 
@@ -499,7 +503,7 @@ def _cmd_run(args):
 
     from sim.toolchain import check_simulator
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, log_path=False)
     pairs = resolve_names(args.names)
     fabrics = list(dict.fromkeys(f for f, _ in pairs))
     sets = _split_sets(fabrics, args.set)
@@ -566,11 +570,17 @@ def _cmd_run(args):
             return (f"{len(jobs) - len(pending)}/{len(jobs)} experiments done ({args.sim}, "
                     f"{args.jobs} at a time)" + ("; " + ", ".join(running) if running else ""))
 
+        # Piped output (a CI log, make report > log) gets no live status line,
+        # so the progress goes out as a log line once a minute instead.
+        last_logged = time.time()
         with console.status(progress()) as status:
             while pending:
                 finished, pending = concurrent.futures.wait(
                     pending, timeout=2, return_when=concurrent.futures.FIRST_COMPLETED)
                 status.update(progress())
+                if not console.is_terminal and time.time() - last_logged >= PIPED_PROGRESS_SECONDS:
+                    console.log(progress())
+                    last_logged = time.time()
                 for future in finished:
                     job = futures[future]
                     data, n_runs, seconds, reused, error = future.result()
@@ -604,7 +614,7 @@ def _cmd_sweep(args):
     if args.name.startswith("synth."):
         from sim import synth
         return synth.sweep(args)
-    console = Console(stderr=True)
+    console = Console(stderr=True, log_path=False)
     pairs = resolve_names([args.name])
     if len(pairs) != 1 or "." not in args.name:
         raise UsageError(f"NAME must be one experiment (fabric.experiment) or synth.BLOCK, "
@@ -618,18 +628,18 @@ def _cmd_sweep(args):
     points = sweep.plan_sweep(fabric, name, grid, args.set)
     results_dir = Path(args.results)
     _writable_folder(Path(args.build), "--build")
-    sweep.check_outputs(results_dir, f"{fabric}.{name}")
     run_root = Path(args.build) / "runs" / args.sim / "sweep" / f"{fabric}.{name}"
 
     def progress(done, total, point, error):
         where = ", ".join(f"{k}={v}" for k, v in point.items())
         status = f"[red]failed:[/red] {error}" if error else "done"
         console.log(f"[{done}/{total}] {fabric}.{name} {where}: {status}")
-    console.log(f"{fabric}.{name}: {len(points)} point{'s' * (len(points) != 1)} on "
-                f"{args.engine}"
-                + (f" ({args.scheduler})" if args.scheduler else f", {args.jobs} at a time"))
-    outcomes = sweep.run_sweep(points, args.sim, args.build, run_root, engine=args.engine,
-                               jobs=args.jobs, scheduler=args.scheduler, progress=progress)
+    with sweep.outputs_checked(results_dir, f"{fabric}.{name}"):
+        console.log(f"{fabric}.{name}: {len(points)} point{'s' * (len(points) != 1)} on "
+                    f"{args.engine}"
+                    + (f" ({args.scheduler})" if args.scheduler else f", {args.jobs} at a time"))
+        outcomes = sweep.run_sweep(points, args.sim, args.build, run_root, engine=args.engine,
+                                   jobs=args.jobs, scheduler=args.scheduler, progress=progress)
     table = sweep.sweep_table(points, outcomes)
     path = sweep.write_sweep(results_dir, fabric, name, grid, args.set, args.sim, args.engine,
                              table, args.metric)

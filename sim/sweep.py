@@ -25,6 +25,7 @@ is the same whichever engine ran it: the numbers are simulated cycles.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import io
@@ -33,8 +34,8 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["check_outputs", "grid_points", "map_tasks", "metric_rows", "parse_grid",
-           "plan_sweep", "run_sweep", "sweep_table", "write_sweep"]
+__all__ = ["check_outputs", "grid_points", "map_tasks", "metric_rows", "outputs_checked",
+           "parse_grid", "plan_sweep", "run_sweep", "sweep_table", "write_sweep"]
 
 ENGINES = ("local", "dask")
 
@@ -292,7 +293,8 @@ def _output_paths(results_dir, stem):
 def check_outputs(results_dir, stem):
     """Check, before a sweep runs, that its table can be written: folder
     ``<results_dir>/sweep`` (made if missing) takes files and none of
-    ``<stem>.json``, ``.csv`` or ``.png`` in it is a folder.
+    ``<stem>.json``, ``.csv`` or ``.png`` in it is a folder.  Returns the
+    folders it made, innermost first.
 
     Raises
     ------
@@ -301,11 +303,35 @@ def check_outputs(results_dir, stem):
     """
     from sim.cli import UsageError, _writable_folder
 
-    _writable_folder(Path(results_dir) / "sweep", "--results")
+    made = [] if Path(results_dir).exists() else [Path(results_dir)]
+    if _writable_folder(Path(results_dir) / "sweep", "--results"):
+        made.insert(0, Path(results_dir) / "sweep")
     for out in _output_paths(results_dir, stem):
         if out.is_dir():
             raise UsageError(f"--results must leave {str(out)!r} free for the sweep's "
                              f"table, but it is a folder")
+    return made
+
+
+@contextlib.contextmanager
+def outputs_checked(results_dir, stem):
+    """Context of a sweep's points and table: :func:`check_outputs` on entry;
+    if anything inside raises (a scheduler that cannot be reached, an
+    interrupt), the folders it made are removed again while still empty.
+
+    Raises
+    ------
+    sim.cli.UsageError
+        As :func:`check_outputs`.
+    """
+    from sim.cli import _remove_if_empty
+
+    made = check_outputs(results_dir, stem)
+    try:
+        yield
+    except BaseException:
+        _remove_if_empty(made)
+        raise
 
 
 def write_sweep(results_dir, fabric, name, grid, items, sim, engine, table, metric=None):

@@ -847,7 +847,7 @@ def main(args):
                          write_json_atomically)
     from sim.report import _count_text
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, log_path=False)
     config = load_config_file(args.config) if args.config else {}
     tasks = plan(args.blocks, [args.device] if args.device else [], config)
     if args.freq is not None and not 1 <= args.freq <= 1000:
@@ -934,8 +934,7 @@ def sweep(args):
     points = [(point, tuple(items)) for point, items, _ in
               sweeps.grid_points(grid, args.set, lambda items: block_config(block, items))]
     _writable_folder(Path(args.build), "--build")
-    sweeps.check_outputs(Path(args.results), f"synth.{name}")
-    console = Console(stderr=True)
+    console = Console(stderr=True, log_path=False)
     device = block.devices[0]
 
     def progress(done, total, i, error):
@@ -943,11 +942,12 @@ def sweep(args):
         console.log(f"[{done}/{total}] synth.{name} {where}: "
                     + (f"[red]failed:[/red] {error}" if error else "done"))
 
-    console.log(f"synth.{name}: {len(points)} points on {device}, {args.engine}")
-    outcomes = sweeps.map_tasks(
-        synthesise_or_error,
-        [(name, device, items, str(Path(args.build).resolve())) for _, items in points],
-        args.engine, args.jobs, args.scheduler, progress=progress, outcome=_sweep_outcome)
+    with sweeps.outputs_checked(Path(args.results), f"synth.{name}"):
+        console.log(f"synth.{name}: {len(points)} points on {device}, {args.engine}")
+        outcomes = sweeps.map_tasks(
+            synthesise_or_error,
+            [(name, device, items, str(Path(args.build).resolve())) for _, items in points],
+            args.engine, args.jobs, args.scheduler, progress=progress, outcome=_sweep_outcome)
     table = []
     for (point, _), (row, error) in zip(points, outcomes):
         if error is not None:

@@ -107,7 +107,8 @@ def check_simulator(name: str) -> None:
         if missing:
             raise RuntimeError(
                 f"sim 'icarus' needs Icarus Verilog, but {' and '.join(missing)} "
-                "is not on PATH (Debian/Ubuntu: apt-get install iverilog); "
+                f"{'are' if len(missing) > 1 else 'is'} not on PATH "
+                "(Debian/Ubuntu: apt-get install iverilog); "
                 "use sim 'verilator' instead"
             )
     else:

@@ -263,3 +263,24 @@ def test_a_run_that_fails_leaves_no_empty_results_folder(tmp_path, capsys, monke
     kept.mkdir()
     status, _ = _run(tmp_path, capsys, ["run", "dsm.one_way"], results=kept)
     assert status == 1 and kept.is_dir()    # a folder the user made stays
+
+
+def test_piped_run_logs_its_progress(tmp_path, capsys, monkeypatch):
+    """Output that is not a terminal gets no live status line: ``run`` logs
+    its progress as lines instead (every PIPED_PROGRESS_SECONDS)."""
+    import concurrent.futures
+    import time
+
+    import sim.cli
+
+    def execute(job, *args):
+        time.sleep(2.5)
+        return None, 0, 0, 0, "simulator build failed"
+
+    monkeypatch.setattr(sim.cli, "PIPED_PROGRESS_SECONDS", 0)
+    monkeypatch.setattr(sim.cli, "pool", lambda jobs: concurrent.futures.ThreadPoolExecutor(1))
+    monkeypatch.setattr(sim.cli, "generate", lambda *args: (tmp_path / "top.v", 0))
+    monkeypatch.setattr(sim.cli, "execute_or_error", execute)
+    status, err = _run(tmp_path, capsys, ["run", "dsm.one_way"])
+    assert status == 1
+    assert "0/1 experiments done (verilator, " in err

@@ -72,6 +72,22 @@ def test_bad_sweep_requests_exit_2_with_one_line(tmp_path, capsys, argv, message
     assert not (tmp_path / "r" / "sweep").exists() or not any((tmp_path / "r" / "sweep").iterdir())
 
 
+@pytest.mark.parametrize("existed", [False, True])
+def test_a_sweep_that_fails_to_run_leaves_no_empty_folder(tmp_path, existed):
+    """A sweep stopped before its table (here a scheduler that cannot be
+    reached) removes the results folders it made; a folder that was there
+    before stays."""
+    results = tmp_path / "r"
+    if existed:
+        results.mkdir()
+    with pytest.raises(OSError, match="no scheduler"):
+        with sweep.outputs_checked(results, "pcie.peer_copy"):
+            assert (results / "sweep").is_dir()
+            raise OSError("no scheduler at tcp://x:1")
+    assert not (results / "sweep").exists()
+    assert results.exists() == existed
+
+
 def test_a_failed_point_is_listed_with_its_error(tmp_path):
     """The table keeps every point in order; a failed one carries its error and
     no model value, and the plot holds the points that ran."""
