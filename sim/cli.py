@@ -571,14 +571,16 @@ def _cmd_run(args):
                     f"{args.jobs} at a time)" + ("; " + ", ".join(running) if running else ""))
 
         # Piped output (a CI log, make report > log) gets no live status line,
-        # so the progress goes out as a log line once a minute instead.
+        # so the progress goes out as a log line once a minute (as well as the
+        # status line, when FORCE_COLOR makes rich draw that into the pipe).
+        tty = getattr(console.file, "isatty", lambda: False)()
         last_logged = time.time()
         with console.status(progress()) as status:
             while pending:
                 finished, pending = concurrent.futures.wait(
                     pending, timeout=2, return_when=concurrent.futures.FIRST_COMPLETED)
                 status.update(progress())
-                if not console.is_terminal and time.time() - last_logged >= PIPED_PROGRESS_SECONDS:
+                if not tty and time.time() - last_logged >= PIPED_PROGRESS_SECONDS:
                     console.log(progress())
                     last_logged = time.time()
                 for future in finished:

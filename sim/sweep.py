@@ -294,7 +294,7 @@ def check_outputs(results_dir, stem):
     """Check, before a sweep runs, that its table can be written: folder
     ``<results_dir>/sweep`` (made if missing) takes files and none of
     ``<stem>.json``, ``.csv`` or ``.png`` in it is a folder.  Returns the
-    folders it made, innermost first.
+    folders it made (``sweep`` and any missing parents), innermost first.
 
     Raises
     ------
@@ -303,9 +303,9 @@ def check_outputs(results_dir, stem):
     """
     from sim.cli import UsageError, _writable_folder
 
-    made = [] if Path(results_dir).exists() else [Path(results_dir)]
-    if _writable_folder(Path(results_dir) / "sweep", "--results"):
-        made.insert(0, Path(results_dir) / "sweep")
+    folder = Path(results_dir) / "sweep"
+    made = [f for f in (folder, *folder.parents) if not f.exists()]
+    _writable_folder(folder, "--results")
     for out in _output_paths(results_dir, stem):
         if out.is_dir():
             raise UsageError(f"--results must leave {str(out)!r} free for the sweep's "
@@ -315,7 +315,7 @@ def check_outputs(results_dir, stem):
 
 @contextlib.contextmanager
 def outputs_checked(results_dir, stem):
-    """Context of a sweep's points and table: :func:`check_outputs` on entry;
+    """Context in which a sweep's points run: :func:`check_outputs` on entry;
     if anything inside raises (a scheduler that cannot be reached, an
     interrupt), the folders it made are removed again while still empty.
 

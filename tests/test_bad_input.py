@@ -274,13 +274,15 @@ def test_piped_run_logs_its_progress(tmp_path, capsys, monkeypatch):
     import sim.cli
 
     def execute(job, *args):
-        time.sleep(2.5)
+        time.sleep(6)      # three 2-second polls of the progress loop
         return None, 0, 0, 0, "simulator build failed"
 
     monkeypatch.setattr(sim.cli, "PIPED_PROGRESS_SECONDS", 0)
     monkeypatch.setattr(sim.cli, "pool", lambda jobs: concurrent.futures.ThreadPoolExecutor(1))
     monkeypatch.setattr(sim.cli, "generate", lambda *args: (tmp_path / "top.v", 0))
     monkeypatch.setattr(sim.cli, "execute_or_error", execute)
+    for name in ("FORCE_COLOR", "TTY_COMPATIBLE"):     # else rich draws its status line
+        monkeypatch.delenv(name, raising=False)
     status, err = _run(tmp_path, capsys, ["run", "dsm.one_way"])
     assert status == 1
     assert "0/1 experiments done (verilator, " in err

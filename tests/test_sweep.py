@@ -73,19 +73,23 @@ def test_bad_sweep_requests_exit_2_with_one_line(tmp_path, capsys, argv, message
 
 
 @pytest.mark.parametrize("existed", [False, True])
-def test_a_sweep_that_fails_to_run_leaves_no_empty_folder(tmp_path, existed):
+def test_a_sweep_that_fails_to_run_leaves_no_empty_folder(tmp_path, monkeypatch, existed):
     """A sweep stopped before its table (here a scheduler that cannot be
-    reached) removes the results folders it made; a folder that was there
-    before stays."""
-    results = tmp_path / "r"
+    reached) removes the results folders it made, parents included; a folder
+    that was there before stays."""
+    def unreachable(*args, **kwargs):
+        raise OSError("no scheduler at tcp://x:1")
+
+    monkeypatch.setattr(sweep, "run_sweep", unreachable)
+    results = tmp_path / "out" / "r"
     if existed:
-        results.mkdir()
+        results.mkdir(parents=True)
+    argv = ["--results", str(results), "--build", str(tmp_path / "b"), "sweep",
+            "pcie.peer_copy", "--grid", "lanes=8,16"]
     with pytest.raises(OSError, match="no scheduler"):
-        with sweep.outputs_checked(results, "pcie.peer_copy"):
-            assert (results / "sweep").is_dir()
-            raise OSError("no scheduler at tcp://x:1")
+        main(argv)
     assert not (results / "sweep").exists()
-    assert results.exists() == existed
+    assert results.exists() == (tmp_path / "out").exists() == existed
 
 
 def test_a_failed_point_is_listed_with_its_error(tmp_path):
