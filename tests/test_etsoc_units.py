@@ -620,3 +620,18 @@ def test_the_mesh_check_names_the_first_stray_flit():
         mesh.check_run(CFG, run, got)
     assert str(info.value) == ("strays: s3.m0.errors = 2 flits arrived outside a receive, the "
                                "first from s1.m5 to s3.m0 at minion cycle 1234")
+
+
+def test_a_reduced_build_note_gives_way_to_the_shape_the_user_set():
+    """The note that a build has minion 0 alone per shire holds for that build;
+    under a user's neighbourhoods=4 the note names the 4 x 1 shape built."""
+    from sim.experiments import mesh as experiments
+
+    notes = experiments.EXPERIMENTS["credit"].notes
+    built = experiments.build_config(CFG, experiments.EXPERIMENTS["credit"])
+    assert experiments.build_notes(notes, built) == list(notes)
+    wider = experiments.build_config(MeshConfig(neighbourhoods=4),
+                                     experiments.EXPERIMENTS["credit"], ("neighbourhoods",))
+    changed = experiments.build_notes(notes, wider)
+    assert changed[0].startswith("Built with 4 neighbourhoods of 1 minion per shire, as set")
+    assert changed[1:] == list(notes[1:])

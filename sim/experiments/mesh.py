@@ -26,7 +26,7 @@ from sim.fit import error_pct
 __all__ = ["ExperimentError", "EXPERIMENTS", "PingPong", "OneWay", "Cell", "Cells", "Tree",
            "Flows", "CreditPingPong", "Barrier", "Part", "reference", "build_config", "build_parts", "build_runs",
            "build_run", "plan", "analyse", "check_run", "minion_name", "expected_checksums",
-           "pairs_runs", "sample_pairs", "broadcast_writes"]
+           "pairs_runs", "sample_pairs", "broadcast_writes", "build_notes"]
 
 FABRIC = "mesh"
 #: Ping-pong exchanges per measured round trip; the round trip is the spacing
@@ -1423,6 +1423,26 @@ _MINION_ZERO_NOTE = ("Built with minion 0 alone in each shire: only minion 0 of 
                      "shire meets the mesh at one point. Set neighbourhoods and "
                      "minions_per_neighbourhood to build full shires.")
 
+#: The build-shape notes and the shire shape, (neighbourhoods, minions per
+#: neighbourhood), that each describes.
+_SHAPE_NOTES = {_REDUCED_NOTE: (dict(REDUCED)["neighbourhoods"],
+                                dict(REDUCED)["minions_per_neighbourhood"]),
+                _MINION_ZERO_NOTE: (dict(MINION_ZERO)["neighbourhoods"],
+                                    dict(MINION_ZERO)["minions_per_neighbourhood"])}
+
+
+def build_notes(notes, cfg):
+    """``notes`` (a sequence of str) for a result built with ``cfg``: a note
+    on the build's reduced shire that the user's ``neighbourhoods`` or
+    ``minions_per_neighbourhood`` overrode is replaced by one giving the shape
+    built.  Returns a new list."""
+    shape = (cfg.neighbourhoods, cfg.minions_per_neighbourhood)
+    return [note if _SHAPE_NOTES.get(note, shape) == shape else
+            f"Built with {shape[0]} neighbourhood{'s' * (shape[0] != 1)} of {shape[1]} "
+            f"minion{'s' * (shape[1] != 1)} per shire, as set (neighbourhoods, "
+            f"minions_per_neighbourhood)." for note in notes]
+
+
 def _shire_and_chip(shire_runs, chip_runs, chip_build=REDUCED):
     """The two builds of an experiment that needs whole shires and the chip
     (``chip_build``: the chip part's build fields; ``()`` builds every minion)."""
@@ -1624,7 +1644,7 @@ def analyse(cfg, exp, runs, results, simulator):
         _check_all(cfg, exp, runs, results)
         series, rows, extra = exp.rows(cfg, runs, results)
     config = _config_json(cfg)
-    notes = list(exp.notes)
+    notes = build_notes(exp.notes, cfg)
     if "parts" in extra:
         last = extra["parts"][exp.parts[-1].name]
         notes.append("Builds: " + "; ".join(
