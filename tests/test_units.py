@@ -1,3 +1,4 @@
+# amaranth: UnusedElaboratable=no
 """Unit tests of the shared blocks and the DSM blocks in Amaranth's simulator."""
 
 import pytest
@@ -46,7 +47,6 @@ def test_shaper_rate_is_exact_and_non_work_conserving(flits, cycles):
     assert abs(window.count(VC.REQ) - window.count(VC.RSP)) <= 1
 
 
-@pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable")
 def test_shaper_rejects_zero_credits():
     with pytest.raises(ValueError, match="credits must be a positive integer"):
         InjectionShaper(flit_layout=make_flit_layout(DsmConfig()), credits=0)
