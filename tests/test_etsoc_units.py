@@ -36,6 +36,21 @@ async def _write(ctx, engine, regs):
     ctx.set(engine.i_we, 0)
 
 
+async def _start_and_wait(ctx, ea, eb, limit):
+    """Pulse both engines' start; return the cycles until both are done
+    (None if not within ``limit``)."""
+    ctx.set(ea.i_start, 1)
+    ctx.set(eb.i_start, 1)
+    await ctx.tick()
+    ctx.set(ea.i_start, 0)
+    ctx.set(eb.i_start, 0)
+    for cycle in range(limit):
+        await ctx.tick()
+        if ctx.get(ea.o_done) and ctx.get(eb.o_done):
+            return cycle
+    return None
+
+
 def _ping_pong(op, nregs, checks=True):
     """Two engines exchange ``nregs`` registers twice; returns the cycles to
     done, each engine's checksum and verify-done after the check."""
@@ -58,16 +73,7 @@ def _ping_pong(op, nregs, checks=True):
         ctx.set(ea.i_init, 0)
         ctx.set(eb.i_init, 0)
         await ctx.tick().repeat(80)
-        ctx.set(ea.i_start, 1)
-        ctx.set(eb.i_start, 1)
-        await ctx.tick()
-        ctx.set(ea.i_start, 0)
-        ctx.set(eb.i_start, 0)
-        for cycle in range(4000):
-            await ctx.tick()
-            if ctx.get(ea.o_done) and ctx.get(eb.o_done):
-                got["cycles"] = cycle
-                break
+        got["cycles"] = await _start_and_wait(ctx, ea, eb, 4000)
         assert ctx.get(ea.o_done) and ctx.get(eb.o_done), "ping-pong did not finish"
         ctx.set(ea.i_verify, 1)
         ctx.set(eb.i_verify, 1)
@@ -122,16 +128,8 @@ def _windowed_stream(idle):
                                EngineReg.NREGS: 4})
         await _write(ctx, eb, {EngineReg.RX_PEER: a, EngineReg.RX_COUNT: 2})
         await ctx.tick().repeat(idle + 1)
-        ctx.set(ea.i_start, 1)
-        ctx.set(eb.i_start, 1)
-        await ctx.tick()
-        ctx.set(ea.i_start, 0)
-        ctx.set(eb.i_start, 0)
-        for cycle in range(2000):
-            await ctx.tick()
-            if ctx.get(ea.o_done) and ctx.get(eb.o_done):
-                got["cycles"] = cycle
-                break
+        got["cycles"] = await _start_and_wait(ctx, ea, eb, 2000)
+        assert got["cycles"] is not None, "the stream did not finish"
         assert ctx.get(eb.o_rx_msgs) == 2 and ctx.get(eb.o_errors) == 0
 
     sim = Simulator(m)
