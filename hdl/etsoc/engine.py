@@ -571,17 +571,13 @@ class MinionEngine(wiring.Component):
         took = window_on & self.i_req.valid & self.i_req.ready & (arriving.src == rx_peer)
         flush = Signal()
         sweep = Signal(4)
+        m.d.comb += ack_valid.eq((owed != 0) & ((owed >= self.i_ack_flits) | flush))
         # The sweep restarts with every run, so a run's timing depends on its
         # program alone, not on how many cycles passed before its start.
         with m.If(self.i_start):
-            m.d.sync += sweep.eq(0)
+            m.d.sync += [owed.eq(0), flush.eq(0), sweep.eq(0)]
         with m.Else():
-            m.d.sync += sweep.eq(sweep + 1)
-        m.d.comb += ack_valid.eq((owed != 0) & ((owed >= self.i_ack_flits) | flush))
-        with m.If(self.i_start):
-            m.d.sync += [owed.eq(0), flush.eq(0)]
-        with m.Else():
-            m.d.sync += owed.eq(owed + took - Mux(ack_sent, owed, 0))
+            m.d.sync += [owed.eq(owed + took - Mux(ack_sent, owed, 0)), sweep.eq(sweep + 1)]
             with m.If(took):
                 m.d.sync += ack_to.eq(arriving.src)
             with m.If(took & arriving.last):
