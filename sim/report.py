@@ -1086,7 +1086,8 @@ def _synth_section(results_dir: Path) -> tuple[list[str], dict[Path, bytes]]:
             raise ValueError(f"{path}: not a synthesis file ({type(error).__name__}: "
                              f"{error})") from None
         lines += ["## FPGA synthesis", "",
-                  "Each block on its own and each fabric's top at a small configuration, "
+                  "Each block on its own (the shire network smaller than the seed's shire) "
+                  "and each fabric's top at a small configuration, "
                   "from the same Verilog the simulators run, synthesised by Yosys and placed "
                   "and routed by nextpnr (`make synth`); LUTs, flip-flops, block RAMs and "
                   "Fmax are the tools' own figures. ECP5 rows are placed out of context "

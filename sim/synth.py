@@ -63,7 +63,9 @@ experiments simulate, with the seeds' parameters), changed by the file given
 with ``--config`` (TOML, one table per fabric: ``[dsm]``, ``[mesh]``,
 ``[pcie]``, fields as in ``fabricsim list``).  The fabric tops are built at
 the small configurations of :data:`SMALL_TOPS` (the full 18-SM GPC or
-1,024-minion chip does not fit one FPGA), with the ``--config`` fields on top.
+1,024-minion chip does not fit one FPGA), and the shire network at its
+:data:`SMALL_BLOCKS` one (the seed's 32-minion shire is still in Yosys after
+the timeout), with the ``--config`` fields on top.
 """
 
 from __future__ import annotations
@@ -78,8 +80,8 @@ import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["BLOCKS", "DEVICES", "LARGE_DESIGN_LUTS", "LARGE_DESIGN_OPTIONS", "SMALL_TOPS",
-           "Block", "Device", "block_config", "block_named", "load_config_file", "main",
+__all__ = ["BLOCKS", "DEVICES", "LARGE_DESIGN_LUTS", "LARGE_DESIGN_OPTIONS", "SMALL_BLOCKS",
+           "SMALL_TOPS", "Block", "Device", "block_config", "block_named", "load_config_file", "main",
            "start_order", "synthesise", "tool_versions", "unit_name", "yowasp_tool"]
 
 
@@ -388,6 +390,26 @@ SMALL_TOPS = {
 }
 
 
+#: Structural fields of the blocks that are synthesised smaller than their
+#: fabric's default configuration, as the tops are (:data:`SMALL_TOPS`):
+#:
+#: - shire_network: two neighbourhoods of two minions with 8 B flits, the
+#:   shire of the mesh top's small configuration with a second neighbourhood,
+#:   so that the crossbar joins two of them; it keeps every kind of block
+#:   (neighbourhood switches with their tree edges, the crossbar, the mesh
+#:   port, the barrier unit).  Measured: 26,176 LUTs, 31.4 MHz, 250 s.  The
+#:   seed's shire (four neighbourhoods of eight, 16 B flits), flattened, is
+#:   still in Yosys's LUT mapping after the 900 s ``--timeout``, with 7,698
+#:   distributed-RAM blocks and about 163,000 2-to-1 multiplexers to map; two
+#:   neighbourhoods of four with 16 B flits take 58,312 LUTs (18.6 MHz) and
+#:   756 s, which with the other units puts ``make synth`` past 30 minutes on
+#:   2 cores.  Keeping the hierarchy through Yosys maps that one to 38,366
+#:   LUTs but takes 5 minutes in Yosys and runs past the timeout in nextpnr.
+SMALL_BLOCKS = {
+    "shire_network": {"neighbourhoods": 2, "minions_per_neighbourhood": 2, "flit_bytes": 8},
+}
+
+
 def block_named(name):
     """The :class:`Block` called ``name``.
 
@@ -467,7 +489,8 @@ def load_config_file(path):
 
 def block_config(block, items=()):
     """The structural configuration ``block`` is synthesised at: its fabric's
-    default, then :data:`SMALL_TOPS` for a top, then ``items``
+    default, then :data:`SMALL_TOPS` for a top or :data:`SMALL_BLOCKS` for a
+    block listed there, then ``items``
     (``FIELD=VALUE`` strings, as ``--set`` takes them).
 
     Raises
@@ -477,7 +500,8 @@ def block_config(block, items=()):
     """
     from sim.cli import parse_overrides
 
-    small = [_set_item(k, v) for k, v in SMALL_TOPS[block.fabric].items()] if block.top else []
+    fields = SMALL_TOPS[block.fabric] if block.top else SMALL_BLOCKS.get(block.name, {})
+    small = [_set_item(k, v) for k, v in fields.items()]
     given = {i.partition("=")[0] for i in items}
     small = [s for s in small if s.partition("=")[0] not in given]
     return parse_overrides(_config_class(block.fabric), small + list(items)).hardware()
