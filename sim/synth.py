@@ -81,8 +81,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 __all__ = ["BLOCKS", "DEVICES", "LARGE_DESIGN_LUTS", "LARGE_DESIGN_OPTIONS", "SMALL_BLOCKS",
-           "SMALL_TOPS", "Block", "Device", "block_config", "block_named", "load_config_file", "main",
-           "start_order", "synthesise", "tool_versions", "unit_name", "yowasp_tool"]
+           "SMALL_TOPS", "Block", "Device", "block_config", "block_named", "load_config_file",
+           "main", "start_order", "synthesise", "tool_versions", "unit_name", "yowasp_tool"]
 
 
 @dataclasses.dataclass(frozen=True)
