@@ -1086,7 +1086,7 @@ def _synth_section(results_dir: Path) -> tuple[list[str], dict[Path, bytes]]:
             raise ValueError(f"{path}: not a synthesis file ({type(error).__name__}: "
                              f"{error})") from None
         lines += ["## FPGA synthesis", "",
-                  "Each block on its own (the shire network smaller than the seed's shire) "
+                  "Each block on its own (the shire network at the reduced size its row gives) "
                   "and each fabric's top at a small configuration, "
                   "from the same Verilog the simulators run, synthesised by Yosys and placed "
                   "and routed by nextpnr (`make synth`); LUTs, flip-flops, block RAMs and "

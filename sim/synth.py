@@ -398,13 +398,14 @@ SMALL_TOPS = {
 #:   so that the crossbar joins two of them; it keeps every kind of block
 #:   (neighbourhood switches with their tree edges, the crossbar, the mesh
 #:   port, the barrier unit).  Measured: 26,176 LUTs, 31.4 MHz, 250 s.  The
-#:   seed's shire (four neighbourhoods of eight, 16 B flits), flattened, is
-#:   still in Yosys's LUT mapping after the 900 s ``--timeout``, with 7,698
-#:   distributed-RAM blocks and about 163,000 2-to-1 multiplexers to map; two
-#:   neighbourhoods of four with 16 B flits take 58,312 LUTs (18.6 MHz) and
-#:   756 s, which with the other units puts ``make synth`` past 30 minutes on
-#:   2 cores.  Keeping the hierarchy through Yosys maps that one to 38,366
-#:   LUTs but takes 5 minutes in Yosys and runs past the timeout in nextpnr.
+#:   full shire (the seed's four neighbourhoods of eight, the default 16 B
+#:   flits), flattened, is still in Yosys's LUT mapping after the 900 s
+#:   ``--timeout``, with 7,698 distributed-RAM blocks and about 163,000
+#:   2-to-1 multiplexers to map; two neighbourhoods of four with 16 B flits
+#:   take 58,312 LUTs (18.6 MHz) and 756 s, which with the other units puts
+#:   ``make synth`` past 30 minutes on 2 cores.  Keeping the hierarchy
+#:   through Yosys maps that two-by-four shire to 38,366 LUTs but takes 5
+#:   minutes in Yosys and runs past the timeout in nextpnr.
 SMALL_BLOCKS = {
     "shire_network": {"neighbourhoods": 2, "minions_per_neighbourhood": 2, "flit_bytes": 8},
 }

@@ -152,16 +152,16 @@ def test_the_shire_is_synthesised_small_unless_the_config_file_says_otherwise(tm
     """The shire network is built at :data:`sim.synth.SMALL_BLOCKS`, and a
     ``--config`` field replaces the small value it names; other blocks keep
     their fabric's default."""
+    shape = lambda c: (c.neighbourhoods, c.minions_per_neighbourhood, c.flit_bytes)  # noqa: E731
     shire = synth.block_named("shire_network")
     cfg = synth.block_config(shire)
-    assert (cfg.neighbourhoods, cfg.minions_per_neighbourhood, cfg.flit_bytes) == (2, 2, 8)
+    assert shape(cfg) == (2, 2, 8)
     assert shire.describe(cfg).startswith("2 neighbourhoods of 2, 8 B flits")
     path = tmp_path / "c.toml"
     path.write_text("[mesh]\nflit_bytes = 16\n")
-    cfg = synth.block_config(shire, synth.load_config_file(path)["mesh"])
-    assert (cfg.neighbourhoods, cfg.minions_per_neighbourhood, cfg.flit_bytes) == (2, 2, 16)
-    router = synth.block_config(synth.block_named("mesh_router"))
-    assert (router.neighbourhoods, router.minions_per_neighbourhood) == (4, 8)
+    assert shape(synth.block_config(shire, synth.load_config_file(path)["mesh"])) == (2, 2, 16)
+    assert shape(synth.block_config(synth.block_named("mesh_router"))) == (4, 8, 16)
+    assert shape(synth.block_config(synth.block_named("mesh_top"))) == (1, 2, 8)
 
 
 def test_a_block_named_twice_is_synthesised_once():
