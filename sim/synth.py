@@ -63,9 +63,10 @@ experiments simulate, with the seeds' parameters), changed by the file given
 with ``--config`` (TOML, one table per fabric: ``[dsm]``, ``[mesh]``,
 ``[pcie]``, fields as in ``fabricsim list``).  The fabric tops are built at
 the small configurations of :data:`SMALL_TOPS` (the full 18-SM GPC or
-1,024-minion chip does not fit one FPGA), and the shire network at its
-:data:`SMALL_BLOCKS` one (the seed's 32-minion shire is still in Yosys after
-the timeout), with the ``--config`` fields on top.
+1,024-minion chip does not fit one FPGA), and two blocks at their
+:data:`SMALL_BLOCKS` ones (the seed's 32-minion shire is still in Yosys after
+the timeout; the SM endpoint's default shared memory takes more block RAM
+than the part has), with the ``--config`` fields on top.
 """
 
 from __future__ import annotations
@@ -337,7 +338,7 @@ BLOCKS = {b.name: b for b in (
           ("ecp5",), f"{_PCIE_SEED}; PCIe Base Spec data link layer"),
     Block("pcie_switch", "pcie", _pcie_switch,
           lambda c: f"{c.gpus_per_switch + 1} ports, "
-                    + _fields(c, ("datapath_bytes", "tx_queue_beats")),
+                    + _fields(c, ("datapath_bytes", "switch_buffer_beats", "tx_queue_beats")),
           ("ecp5",), f"{_PCIE_SEED}, the PCIe switch of each socket"),
     Block("dsm_top", "dsm", _gpc,
           lambda c: f"18-SM GPC, {_fields(c, ('flit_bytes', 'smem_bytes'))}",
@@ -406,8 +407,26 @@ SMALL_TOPS = {
 #:   ``make synth`` past 30 minutes on 2 cores.  Keeping the hierarchy
 #:   through Yosys maps that two-by-four shire to 38,366 LUTs but takes 5
 #:   minutes in Yosys and runs past the timeout in nextpnr.
+#: - sm_endpoint: 96 KiB of shared memory, as the GPC top's SMs have
+#:   (:data:`SMALL_TOPS`).  The memory has three read ports (two streams and
+#:   the responder), which Yosys maps as three copies: the default 200 KiB
+#:   takes 294 block RAMs of the part's 208; 96 KiB takes 135 (measured:
+#:   11,004 LUTs, 45.8 MHz, 214 s).
+#: - pcie_switch is not made smaller.  At its default (five ports, 200-beat
+#:   input queues) it needs 245 block RAMs of the part's 208 and is reported
+#:   as not fitting.  With 166-beat queues (the least the default latencies
+#:   allow: ``switch_buffer_beats`` must cover the credit loop into a root
+#:   complex) every queue and delay line of 325-bit TLP beats holds at most
+#:   512, one row of ten DP16KD, and it fits in 200 block RAMs (32,103 LUTs,
+#:   23.5 MHz before routing), and with three ports (two GPUs, as the PCIe
+#:   top's small switch) in 147 (13,933 LUTs); but nextpnr was far from
+#:   routing either (measured: the five-port one after 4 minutes of
+#:   ``router2`` with 39,085 wires still overused, the three-port one after
+#:   8 minutes of ``router1`` with 34,833 arcs left), which would put
+#:   ``make synth`` past 30 minutes on 2 cores.
 SMALL_BLOCKS = {
     "shire_network": {"neighbourhoods": 2, "minions_per_neighbourhood": 2, "flit_bytes": 8},
+    "sm_endpoint": {"smem_bytes": 96 * 1024},
 }
 
 

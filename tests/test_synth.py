@@ -148,10 +148,10 @@ def test_a_config_file_gives_a_placement_as_cells_or_flat(tmp_path):
         assert (cfg.mesh_cols, cfg.mesh_rows, cfg.placement) == (2, 1, ((1, 0), (0, 0)))
 
 
-def test_the_shire_is_synthesised_small_unless_the_config_file_says_otherwise(tmp_path):
-    """The shire network is built at :data:`sim.synth.SMALL_BLOCKS`, and a
-    ``--config`` field replaces the small value it names; other blocks keep
-    their fabric's default."""
+def test_the_small_blocks_are_synthesised_small_unless_the_config_file_says_otherwise(tmp_path):
+    """The shire network and the SM endpoint are built at
+    :data:`sim.synth.SMALL_BLOCKS`, and a ``--config`` field replaces the
+    small value it names; other blocks keep their fabric's default."""
     shape = lambda c: (c.neighbourhoods, c.minions_per_neighbourhood, c.flit_bytes)  # noqa: E731
     shire = synth.block_named("shire_network")
     cfg = synth.block_config(shire)
@@ -162,6 +162,12 @@ def test_the_shire_is_synthesised_small_unless_the_config_file_says_otherwise(tm
     assert shape(synth.block_config(shire, synth.load_config_file(path)["mesh"])) == (2, 2, 16)
     assert shape(synth.block_config(synth.block_named("mesh_router"))) == (4, 8, 16)
     assert shape(synth.block_config(synth.block_named("mesh_top"))) == (1, 2, 8)
+    endpoint = synth.block_named("sm_endpoint")
+    assert synth.block_config(endpoint).smem_bytes == 96 * 1024
+    assert "smem_bytes=98304" in endpoint.describe(synth.block_config(endpoint))
+    assert synth.block_config(endpoint, ["smem_bytes=65536"]).smem_bytes == 65536
+    assert synth.block_config(synth.block_named("ack_coalescer")).smem_bytes == 200 * 1024
+    assert synth.block_config(synth.block_named("pcie_switch")).switch_buffer_beats == 200
 
 
 def test_a_block_named_twice_is_synthesised_once():
