@@ -46,7 +46,10 @@ arbiter 100.9 MHz against 140.6, round robin 164.5 against 192.3).
 Placement that is not timing-driven took 8.7 minutes of nextpnr on the GX
 plane in place of 16.3 (its annealing refinement 167 s against 496), for
 an Fmax of 41.5 MHz against 46.2, and brought the GPCARB ingress from 628 s
-to 392 s (Yosys included) at 46.0 MHz against 51.0.
+to 392 s (Yosys included) at 46.0 MHz against 51.0.  The electrostatic
+placer (``--placer static``) in place of HeAP saves about another 4.7
+minutes of nextpnr over the four large designs (see
+:data:`LARGE_DESIGN_OPTIONS`).
 
 Rows go to ``results/synth.json``: ``{"rows": [{"block", "config", "device",
 "luts", "ffs", "brams", "fmax_mhz", "tool_versions", "fabric", "target_mhz",
@@ -273,10 +276,18 @@ def _fields(cfg, names):
 LARGE_DESIGN_LUTS = 20_000
 
 #: nextpnr options for a design above :data:`LARGE_DESIGN_LUTS`: ``router2``,
-#: which finishes the large crossbars in minutes, and placement that is not
-#: timing-driven, whose annealing refinement ends sooner, so that the GX plane
-#: is placed and routed within the default ``--timeout``.
-LARGE_DESIGN_OPTIONS = ("--router", "router2", "--no-tmdriv")
+#: which finishes the large crossbars in minutes, and the electrostatic
+#: placer (``static``) without timing-driven placement, whose annealing
+#: refinement ends sooner, so that the GX plane is placed and routed well
+#: within the default ``--timeout``.  Against the HeAP placer with the same
+#: two options (measured two at a time, as ``make synth`` runs them, on the
+#: netlists of one cold run), nextpnr took 496 s on the GX plane against 681
+#: (Fmax 45.5 MHz against 41.5), 477 s on the mesh top against 527 (26.0
+#: against 26.7 MHz on the minion clock), 317 s on the GPCARB ingress
+#: against 366 (42.8 against 46.0 MHz) and 189 s on the shire against 187
+#: (28.5 against 31.4 MHz); with HeAP the GX plane's whole unit took 891 s
+#: of the 900-s timeout.
+LARGE_DESIGN_OPTIONS = ("--placer", "static", "--router", "router2", "--no-tmdriv")
 
 #: Seconds Yosys and nextpnr may take on one block (``--timeout``).
 DEFAULT_TIMEOUT_S = 900.0

@@ -97,7 +97,8 @@ def test_the_report_shows_the_synthesis_table_and_sweep_plot(tmp_path, shaper_ro
     assert f"| shaper | {shaper_row['device']} |" in text
     assert f"{shaper_row['fmax_mhz']:.1f}" in text
     assert "| dsm_top |" in text and "**does not fit**: nextpnr exited 1: too many cells" in text
-    listed = [line for line in lines if "nextpnr ran with `--router router2 --no-tmdriv`" in line]
+    options = " ".join(synth.LARGE_DESIGN_OPTIONS)
+    listed = [line for line in lines if f"nextpnr ran with `{options}`" in line]
     assert len(listed) == 1 and listed[0].endswith(" on gx_plane.")    # not the shaper
     assert [p.name for p in plots] == ["synth_sweep_gx_plane.png"]
     assert next(iter(plots.values())).startswith(b"\x89PNG")
