@@ -1086,8 +1086,8 @@ def _synth_section(results_dir: Path) -> tuple[list[str], dict[Path, bytes]]:
             raise ValueError(f"{path}: not a synthesis file ({type(error).__name__}: "
                              f"{error})") from None
         lines += ["## FPGA synthesis", "",
-                  "Each block on its own (the shire network and the SM endpoint at the reduced "
-                  "sizes their rows give) "
+                  "Each block on its own (some at a reduced size: the configuration column gives "
+                  "what was built) "
                   "and each fabric's top at a small configuration, "
                   "from the same Verilog the simulators run, synthesised by Yosys and placed "
                   "and routed by nextpnr (`make synth`); LUTs, flip-flops, block RAMs and "

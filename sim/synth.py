@@ -43,13 +43,13 @@ for time, and a smaller one with its defaults (timing-driven placement,
 GPCARB ingress ``router2`` finished in about 3 minutes where ``router1`` was
 still routing after 10, but on small blocks it reaches a lower Fmax (TPC
 arbiter 100.9 MHz against 140.6, round robin 164.5 against 192.3).
-Placement that is not timing-driven took 8.7 minutes of nextpnr on the GX
-plane in place of 16.3 (its annealing refinement 167 s against 496), for
-an Fmax of 41.5 MHz against 46.2, and brought the GPCARB ingress from 628 s
-to 392 s (Yosys included) at 46.0 MHz against 51.0.  The electrostatic
-placer (``--placer static``) in place of HeAP saves about another 4.7
-minutes of nextpnr over the four large designs (see
-:data:`LARGE_DESIGN_OPTIONS`).
+With nextpnr's HeAP placer, measured one block at a time, placement that
+is not timing-driven took 8.7 minutes of nextpnr on the GX plane in place
+of 16.3 (its annealing refinement 167 s against 496), for an Fmax of
+41.5 MHz against 46.2, and brought the GPCARB ingress from 628 s to 392 s
+(Yosys included) at 46.0 MHz against 51.0.  The electrostatic placer
+(``--placer static``) in place of HeAP saves about another 4.7 minutes of
+nextpnr over the four large designs (see :data:`LARGE_DESIGN_OPTIONS`).
 
 Rows go to ``results/synth.json``: ``{"rows": [{"block", "config", "device",
 "luts", "ffs", "brams", "fmax_mhz", "tool_versions", "fabric", "target_mhz",
@@ -278,15 +278,15 @@ LARGE_DESIGN_LUTS = 20_000
 #: nextpnr options for a design above :data:`LARGE_DESIGN_LUTS`: ``router2``,
 #: which finishes the large crossbars in minutes, and the electrostatic
 #: placer (``static``) without timing-driven placement, whose annealing
-#: refinement ends sooner, so that the GX plane is placed and routed well
-#: within the default ``--timeout``.  Against the HeAP placer with the same
+#: refinement ends sooner, so that the GX plane is placed and routed within
+#: the default ``--timeout``.  Against the HeAP placer with the same
 #: two options (measured two at a time, as ``make synth`` runs them, on the
 #: netlists of one cold run), nextpnr took 496 s on the GX plane against 681
 #: (Fmax 45.5 MHz against 41.5), 477 s on the mesh top against 527 (26.0
 #: against 26.7 MHz on the minion clock), 317 s on the GPCARB ingress
 #: against 366 (42.8 against 46.0 MHz) and 189 s on the shire against 187
-#: (28.5 against 31.4 MHz); with HeAP the GX plane's whole unit took 891 s
-#: of the 900-s timeout.
+#: (28.5 against 31.4 MHz); with HeAP the GX plane's whole unit (Yosys and
+#: nextpnr) took 891 s of the 900 s timeout.
 LARGE_DESIGN_OPTIONS = ("--placer", "static", "--router", "router2", "--no-tmdriv")
 
 #: Seconds Yosys and nextpnr may take on one block (``--timeout``).
@@ -378,8 +378,8 @@ BLOCKS = {b.name: b for b in (
 #:   to the end at 1 KiB, the GPC takes 221,847 LUTs and 19,908
 #:   distributed-RAM blocks, 2.7 times the largest ECP5's LUTs (measured).
 #: - mesh: two shires of two minions on a 2x1 mesh with 8 B flits.  With
-#:   16 B flits Yosys maps the 2x1 mesh to about 53,000 LUTs and nextpnr was
-#:   still placing it after 900 s; the 2x2 mesh (two routing-only cells
+#:   16 B flits Yosys maps the 2x1 mesh to about 53,000 LUTs and nextpnr
+#:   (HeAP placer) was still placing it after 900 s; the 2x2 mesh (two routing-only cells
 #:   more) to about 69,500, which nextpnr cannot place.
 #: - pcie: a switch's or root complex's input queues must cover the credit
 #:   loop of the default latencies (``switch_buffer_beats`` at least 166), and
@@ -409,7 +409,9 @@ SMALL_TOPS = {
 #:   shire of the mesh top's small configuration with a second neighbourhood,
 #:   so that the crossbar joins two of them; it keeps every kind of block
 #:   (neighbourhood switches with their tree edges, the crossbar, the mesh
-#:   port, the barrier unit).  Measured: 26,176 LUTs, 31.4 MHz, 250 s.  The
+#:   port, the barrier unit).  Measured: 26,176 LUTs, 31.4 MHz with the
+#:   HeAP placer (28.5 with the electrostatic one), 250 s of Yosys and
+#:   nextpnr.  The
 #:   full shire (the seed's four neighbourhoods of eight, the default 16 B
 #:   flits), flattened, is still in Yosys's LUT mapping after the 900 s
 #:   ``--timeout``, with 7,698 distributed-RAM blocks and about 163,000
@@ -417,24 +419,25 @@ SMALL_TOPS = {
 #:   take 58,312 LUTs (18.6 MHz) and 756 s, which with the other units puts
 #:   ``make synth`` past 30 minutes on 2 cores.  Keeping the hierarchy
 #:   through Yosys maps that two-by-four shire to 38,366 LUTs but takes 5
-#:   minutes in Yosys and runs past the timeout in nextpnr.
+#:   minutes in Yosys and runs past the timeout in nextpnr (HeAP placer).
 #: - sm_endpoint: 96 KiB of shared memory, as the GPC top's SMs have
 #:   (:data:`SMALL_TOPS`).  The memory has three read ports (two streams and
 #:   the responder), which Yosys maps as three copies: the default 200 KiB
 #:   takes 294 block RAMs of the part's 208; 96 KiB takes 135 (measured:
-#:   11,004 LUTs, 45.8 MHz, 214 s).
-#: - pcie_switch is not made smaller.  At its default (five ports, 200-beat
-#:   input queues) it needs 245 block RAMs of the part's 208 and is reported
-#:   as not fitting.  With 166-beat queues (the least the default latencies
-#:   allow: ``switch_buffer_beats`` must cover the credit loop into a root
-#:   complex) every queue and delay line of 325-bit TLP beats holds at most
-#:   512, one row of ten DP16KD, and it fits in 200 block RAMs (32,103 LUTs,
-#:   23.5 MHz before routing), and with three ports (two GPUs, as the PCIe
-#:   top's small switch) in 147 (13,933 LUTs); but nextpnr was far from
-#:   routing either (measured: the five-port one after 4 minutes of
-#:   ``router2`` with 39,085 wires still overused, the three-port one after
-#:   8 minutes of ``router1`` with 34,833 arcs left), which would put
-#:   ``make synth`` past 30 minutes on 2 cores.
+#:   11,004 LUTs, 45.8 MHz, 214 s of Yosys and nextpnr).
+#:
+#: Not made smaller: pcie_switch.  At its default (five ports, 200-beat input
+#: queues) it needs 245 block RAMs of the part's 208 and is reported as not
+#: fitting.  With 166-beat queues (the least the default latencies allow:
+#: ``switch_buffer_beats`` must cover the credit loop into a root complex)
+#: every queue and delay line of 325-bit TLP beats holds at most 512 beats,
+#: one row of ten DP16KD, and it fits in 200 block RAMs (32,103 LUTs,
+#: 23.5 MHz estimated after placement); with three ports (two GPUs, as the
+#: PCIe top's small switch) it fits in 147 (13,933 LUTs).  But nextpnr was
+#: far from routing either (measured: the five-port one after 4 minutes of
+#: ``router2`` with 39,085 wires still overused, the three-port one after 8
+#: minutes of ``router1`` with 34,833 arcs left), which would put
+#: ``make synth`` past 30 minutes on 2 cores.
 SMALL_BLOCKS = {
     "shire_network": {"neighbourhoods": 2, "minions_per_neighbourhood": 2, "flit_bytes": 8},
     "sm_endpoint": {"smem_bytes": 96 * 1024},

@@ -5,6 +5,8 @@ import json
 
 import pytest
 
+from hdl.hopper.config import DsmConfig
+from hdl.pcie.config import PcieConfig
 from sim import synth
 from sim.cli import UsageError, main
 from sim.report import _synth_section
@@ -166,9 +168,15 @@ def test_the_small_blocks_are_synthesised_small_unless_the_config_file_says_othe
     endpoint = synth.block_named("sm_endpoint")
     assert synth.block_config(endpoint).smem_bytes == 96 * 1024
     assert "smem_bytes=98304" in endpoint.describe(synth.block_config(endpoint))
-    assert synth.block_config(endpoint, ["smem_bytes=65536"]).smem_bytes == 65536
-    assert synth.block_config(synth.block_named("ack_coalescer")).smem_bytes == 200 * 1024
-    assert synth.block_config(synth.block_named("pcie_switch")).switch_buffer_beats == 200
+    path.write_text("[dsm]\nsmem_bytes = 65536\n")
+    dsm_items = synth.load_config_file(path)["dsm"]
+    assert synth.block_config(endpoint, dsm_items).smem_bytes == 65536
+    assert synth.block_config(endpoint, ["flit_bytes=16"]).smem_bytes == 96 * 1024
+    assert synth.block_config(synth.block_named("ack_coalescer")).smem_bytes == \
+        DsmConfig().smem_bytes
+    switch = synth.block_named("pcie_switch")
+    beats = PcieConfig().switch_buffer_beats
+    assert f"switch_buffer_beats={beats}" in switch.describe(synth.block_config(switch))
 
 
 def test_a_block_named_twice_is_synthesised_once():
