@@ -379,8 +379,8 @@ BLOCKS = {b.name: b for b in (
 #:   distributed-RAM blocks, 2.7 times the largest ECP5's LUTs (measured).
 #: - mesh: two shires of two minions on a 2x1 mesh with 8 B flits.  With
 #:   16 B flits Yosys maps the 2x1 mesh to about 53,000 LUTs and nextpnr
-#:   (HeAP placer) was still placing it after 900 s; the 2x2 mesh (two routing-only cells
-#:   more) to about 69,500, which nextpnr cannot place.
+#:   (HeAP placer) was still placing it after 900 s; the 2x2 mesh (two
+#:   routing-only cells more) to about 69,500, which nextpnr cannot place.
 #: - pcie: a switch's or root complex's input queues must cover the credit
 #:   loop of the default latencies (``switch_buffer_beats`` at least 166), and
 #:   each queue of 325-bit TLP beats deeper than 16 entries takes ten DP16KD:
@@ -411,13 +411,12 @@ SMALL_TOPS = {
 #:   (neighbourhood switches with their tree edges, the crossbar, the mesh
 #:   port, the barrier unit).  Measured: 26,176 LUTs, 31.4 MHz with the
 #:   HeAP placer (28.5 with the electrostatic one), 250 s of Yosys and
-#:   nextpnr.  The
-#:   full shire (the seed's four neighbourhoods of eight, the default 16 B
-#:   flits), flattened, is still in Yosys's LUT mapping after the 900 s
-#:   ``--timeout``, with 7,698 distributed-RAM blocks and about 163,000
-#:   2-to-1 multiplexers to map; two neighbourhoods of four with 16 B flits
-#:   take 58,312 LUTs (18.6 MHz) and 756 s, which with the other units puts
-#:   ``make synth`` past 30 minutes on 2 cores.  Keeping the hierarchy
+#:   nextpnr.  The full shire (the seed's four neighbourhoods of eight, the
+#:   default 16 B flits), flattened, is still in Yosys's LUT mapping after
+#:   the 900 s ``--timeout``, with 7,698 distributed-RAM blocks and about
+#:   163,000 2-to-1 multiplexers to map; two neighbourhoods of four with
+#:   16 B flits take 58,312 LUTs (18.6 MHz) and 756 s, which with the other
+#:   units puts ``make synth`` past 30 minutes on 2 cores.  Keeping the hierarchy
 #:   through Yosys maps that two-by-four shire to 38,366 LUTs but takes 5
 #:   minutes in Yosys and runs past the timeout in nextpnr (HeAP placer).
 #: - sm_endpoint: 96 KiB of shared memory, as the GPC top's SMs have
@@ -440,7 +439,7 @@ SMALL_TOPS = {
 #: ``make synth`` past 30 minutes on 2 cores.
 SMALL_BLOCKS = {
     "shire_network": {"neighbourhoods": 2, "minions_per_neighbourhood": 2, "flit_bytes": 8},
-    "sm_endpoint": {"smem_bytes": 96 * 1024},
+    "sm_endpoint": {"smem_bytes": SMALL_TOPS["dsm"]["smem_bytes"]},
 }
 
 
