@@ -1,5 +1,7 @@
 """Unit tests of the ET-SoC-1 blocks in Amaranth's simulator, and of their configuration."""
 
+import functools
+
 import pytest
 from amaranth import Module
 from amaranth.lib import wiring
@@ -200,6 +202,11 @@ def test_tree_edges_of_a_neighbourhood():
     ("minions_per_neighbourhood", 3, "minions_per_neighbourhood must be one of 1, 2, 4, 8"),
     ("router_hop_mesh_cycles", 1, "router_hop_mesh_cycles must be an integer from 2 to 16"),
     ("mesh_cols", 0, "mesh_cols must be an integer from 1 to 16"),
+    ("mesh_window_flits", 256, r"mesh_window_flits must be 0 \(no window\) or an integer "
+                               "from 1 to 255"),
+    ("ack_flits", 3, "ack_flits must be at most 2 with mesh_window_flits 51 and 32 compute "
+                     "shires"),
+    ("crossbar_buffer_flits", 0, "crossbar_buffer_flits must be an integer from 1 to 255"),
 ])
 def test_bad_configuration_names_the_field(field, value, message):
     with pytest.raises(ValueError, match=message):
@@ -414,14 +421,16 @@ def _simulate_mesh(cfg, run, extra=()):
     return out
 
 
-def _stream_through_two_shires(window):
+@functools.lru_cache(maxsize=None)
+def _stream_through_two_shires(window=0, mesh_window=0):
     """Two one-minion shires pass 256 B messages both ways (Amaranth's
-    simulator); returns the counters of the run."""
+    simulator), with the engines' and the mesh stops' windows given; returns
+    the counters of the run."""
     from sim.experiments import mesh as experiments
 
     cfg = MeshConfig(compute_shires=2, mesh_cols=2, mesh_rows=1, placement=((0, 0), (1, 0)),
                      neighbourhoods=1, minions_per_neighbourhood=1, send_window_flits=window,
-                     ack_flits=2, watchdog_cycles=3000)
+                     mesh_window_flits=mesh_window, ack_flits=2, watchdog_cycles=3000)
     a, b = cfg.minion_id(0, 0), cfg.minion_id(1, 0)
     run = experiments.build_run(cfg, "stream", experiments.Flows(((a, b), (b, a)), nregs=8,
                                                                  exchanges=3))
@@ -436,9 +445,19 @@ def _stream_through_two_shires(window):
 def test_send_window_holds_back_a_stream_and_loses_nothing():
     """With 3 flits in flight at most, 256 B messages wait for ACKs: the run is
     slower than without a window, and every flit still arrives intact."""
-    free = _stream_through_two_shires(0)
-    held = _stream_through_two_shires(3)
+    free = _stream_through_two_shires()
+    held = _stream_through_two_shires(window=3)
     assert held["cycles"] > 2 * free["cycles"], (held["cycles"], free["cycles"])
+
+
+def test_mesh_stop_window_holds_back_a_stream_and_loses_nothing():
+    """With 8 request flits of each shire on the mesh at most, 256 B messages
+    wait for the mesh stops' ACKs: the run is slower than without a window,
+    every flit still arrives intact, and the run ends with every ACK home
+    (``done`` waits for the stops)."""
+    free = _stream_through_two_shires()
+    held = _stream_through_two_shires(mesh_window=8)
+    assert held["cycles"] > 1.2 * free["cycles"], (held["cycles"], free["cycles"])
 
 
 def _one_shire(**fields):
@@ -633,3 +652,111 @@ def test_a_reduced_build_note_gives_way_to_the_shape_the_user_set():
     changed = experiments.build_notes(notes, wider)
     assert changed[0].startswith("Built with 4 neighbourhoods of 1 minion per shire, as set")
     assert changed[1:] == list(notes[1:])
+
+
+def _mesh_stop_run(window, credits=4, acks=(), off_first=0):
+    """Drive a :class:`~hdl.etsoc.mesh.MeshStop` as its clock crossing and
+    router would: upstream sends a request flit whenever it holds a request
+    credit, the router frees its slot one cycle later, and the ACKs in
+    ``acks`` (``(cycle, count)``) arrive from the far stop.  The window is 0
+    for the first ``off_first`` cycles.  Returns the flits sent by each of 200
+    cycles after those."""
+    from hdl.etsoc.mesh import MeshStop
+    from hdl.etsoc.shire import MESH_STOP_ACK
+
+    stop = MeshStop(flit_layout=LAYOUT, credits=credits)
+    sent = []
+
+    async def bench(ctx):
+        held, total, returning = credits, 0, 0
+        acks_at = dict(acks)
+        for cycle in range(-off_first, 200):
+            ctx.set(stop.i_window_flits, window if cycle >= 0 else 0)
+            send = held > 0
+            ctx.set(stop.i_up.valid, send)
+            ctx.set(stop.i_up.flit.vc, 0)
+            ctx.set(stop.o_up.credit, returning)
+            ack = acks_at.get(cycle, 0)
+            ctx.set(stop.i_arrive_valid, ack != 0)
+            ctx.set(stop.i_arrive.kind, MsgKind.ACK)
+            ctx.set(stop.i_arrive.vc, 1)
+            ctx.set(stop.i_arrive.data, ack | 1 << MESH_STOP_ACK)
+            await ctx.delay(1e-10)
+            assert ctx.get(stop.o_up.valid) == send
+            gave = ctx.get(stop.i_up.credit) & 1
+            await ctx.tick()
+            held += gave - send
+            returning = int(send)
+            if cycle >= 0:
+                total += send
+                sent.append(total)
+        assert ctx.get(stop.o_error) == 0
+
+    sim = Simulator(stop)
+    sim.add_clock(1e-9)
+    sim.add_testbench(bench)
+    sim.run()
+    return sent
+
+
+@pytest.mark.parametrize("window", [4, 9, 30])
+def test_the_mesh_stop_sends_its_window_and_then_one_flit_per_flit_acknowledged(window):
+    """Without ACKs a mesh stop lets exactly ``window`` request flits onto the
+    mesh; each ACK lets exactly its count more go."""
+    sent = _mesh_stop_run(window)
+    assert sent[-1] == window and sent[window + 5] == window
+    sent = _mesh_stop_run(window, acks=((100, 3), (150, 1)))
+    assert sent[99] == window and sent[149] == window + 3 and sent[-1] == window + 4
+
+
+def test_without_a_window_the_mesh_stop_passes_every_credit():
+    sent = _mesh_stop_run(0)
+    assert sent[-1] >= 150
+
+
+def test_a_window_switched_on_after_running_without_one_holds_exactly():
+    """Credits that passed while the window was off leave no trace."""
+    assert _mesh_stop_run(9, off_first=37)[-1] == 9
+
+
+def test_the_mesh_stop_acknowledges_each_source_shire_by_count_and_at_a_last_flit():
+    """Request flits from shires 3 and 5 interleave; with an ACK per 2 flits
+    each shire gets ACKs of 2, then 1 for the odd flit closing its message.
+    Response flits are not counted; the stop is idle once all have gone."""
+    from hdl.etsoc.mesh import MeshStop
+    from hdl.etsoc.shire import MESH_STOP_ACK
+
+    stop = MeshStop(flit_layout=LAYOUT, credits=4)
+    # (source shire, VC, last): 3 flits from each, a response flit between
+    arrivals = [(3, 0, 0), (5, 0, 0), (3, 1, 1), (3, 0, 0), (5, 0, 0), (3, 0, 1), (5, 0, 1)]
+    got = []
+
+    async def bench(ctx):
+        ctx.set(stop.i_shire, 7)
+        ctx.set(stop.i_window_flits, 51)
+        ctx.set(stop.i_ack_flits, 2)
+        ctx.set(stop.o.ready, 1)
+        for cycle in range(40):
+            shire, vc, last = arrivals[cycle] if cycle < len(arrivals) else (0, 0, 0)
+            ctx.set(stop.i_arrive_valid, cycle < len(arrivals))
+            ctx.set(stop.i_arrive.src, shire << 5 | 9)
+            ctx.set(stop.i_arrive.vc, vc)
+            ctx.set(stop.i_arrive.kind, MsgKind.READY if vc else MsgKind.DATA)
+            ctx.set(stop.i_arrive.last, last)
+            await ctx.delay(1e-10)
+            if ctx.get(stop.o.valid):
+                flit = stop.o.payload
+                data = ctx.get(flit.data)
+                assert ctx.get(flit.kind) == MsgKind.ACK and ctx.get(flit.vc) == 1
+                assert data >> MESH_STOP_ACK & 1 and ctx.get(flit.src) == 7 << 5
+                got.append((ctx.get(flit.dst) >> 5, data & 0xFFFF))
+            if cycle == 5:
+                assert not ctx.get(stop.o_idle)
+            await ctx.tick()
+        assert ctx.get(stop.o_idle)
+
+    sim = Simulator(stop)
+    sim.add_clock(1e-9)
+    sim.add_testbench(bench)
+    sim.run()
+    assert sorted(got) == [(3, 1), (3, 2), (5, 1), (5, 2)], got

@@ -100,25 +100,21 @@ KNOWN_GAPS = {
     ("message_size", "tree_edge: cost per register"):
         "the fast network moves one 16 B flit per cycle: 2.0 cycles per register, not 2.3",
     ("message_size", "crossbar: cost per register"):
-        "8 credits per VC over the crossbar stage's ~23-cycle loop: 5.7 cycles, not 4.0",
-    ("message_size", "mesh_near (1 hops): cost per register"):
-        "limited by the destination crossbar's credit loop (5.7), not the mesh link (3.0)",
-    ("message_size", "mesh_far (8 hops): cost per register"):
-        "the crossbar's credit loop and, at 8 hops, the send window: 6.9, not 4.6",
+        "inside a shire nothing slows a stream below one flit per cycle: 2.0 cycles, not 4.0",
     ("message_size", "mesh_far (8 hops): fixed cost per message"):
-        "the send window binds at 8 hops, steepening the line and lowering its intercept",
+        "link-paced up to 16 registers, window-paced above: the line starts below 224",
+    ("one_kb", "1 KB round trip, 5 hops and beyond: cycles per hop (fit)"):
+        "one wait per message that grows a round trip per hop: 12 + 24 = 36.02, not 27-36",
     ("credit", "credit round trip per mesh hop (fit)"):
         "credits ride the same routers as messages: 20.0 ns per hop, below the seed's 20.4-24",
     ("credit", "credit against TensorSend round trip, median pair's difference"):
         "a credit is one flit, a one-register message three: credits come out 6 cycles faster",
     ("barrier", "FLB plus credit barrier over 32 minions (one shire)"):
         "an FLB round trip to the barrier unit plus one credit fan-out: 139 cycles, not 233",
-    ("ring_bandwidth", "inside a shire: message bandwidth per shire"):
-        "four ring links per neighbourhood share the crossbar's credit-limited link into it",
     ("ring_bandwidth", "to shire s + 1 "):
         "the ring's slowest link sets the pace: 2.4 GB/s per shire, below 2.8",
     ("ring_bandwidth", "to shire s + 2 "):
-        "the ring's slowest link sets the pace: 1.7 GB/s per shire, below 2.8",
+        "the ring's slowest link sets the pace: 1.8 GB/s per shire, below 2.8",
     ("ring_bandwidth", "to shire s + 4 "):
         "the ring's slowest link sets the pace: 1.7 GB/s per shire, below 2.8",
 }

@@ -2,9 +2,10 @@
 
 from amaranth import Module
 from amaranth.hdl import DomainRenamer
-from amaranth.lib import fifo, wiring
+from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .arbiter import StreamMerge
 from .credit import CreditLink, StreamToLink, VcInputBuffer
 
 __all__ = ["LinkCdc"]
@@ -35,6 +36,10 @@ class LinkCdc(wiring.Component):
         Clock domains of the input and output links.
     n_vc : int
         Virtual channels.
+    inject_vc : int or None
+        With a VC index, flits offered on ``i_inject`` (``o_domain``) join
+        that VC's flits from the crossing, round robin, just before the output
+        link (no buffering, no added latency).
 
     Members
     -------
@@ -45,16 +50,32 @@ class LinkCdc(wiring.Component):
     o_overflow : Out(1)
         Sticky, ``i_domain``: a flit arrived with its input buffer full (the
         upstream sender broke the credit protocol).
+    i_inject : In(stream.Signature(flit_layout))
+        Only with ``inject_vc``: flits to send on VC ``inject_vc``, clocked by
+        ``o_domain``.
+
+    Raises
+    ------
+    ValueError
+        If ``inject_vc`` is not None or a VC index.
     """
 
-    def __init__(self, *, flit_layout, depth, out_credits, i_domain, o_domain, n_vc=2):
+    def __init__(self, *, flit_layout, depth, out_credits, i_domain, o_domain, n_vc=2,
+                 inject_vc=None):
+        if inject_vc is not None and inject_vc not in range(n_vc):
+            raise ValueError(f"inject_vc must be None or a VC index from 0 to {n_vc - 1}, "
+                             f"not {inject_vc!r}")
         self.flit_layout = flit_layout
+        self.inject_vc = inject_vc
         self.depth = depth
         self.out_credits = out_credits
         self.i_domain, self.o_domain = i_domain, o_domain
         self.n_vc = n_vc
         link = CreditLink(flit_layout, n_vc)
-        super().__init__({"i": In(link), "o": Out(link), "o_overflow": Out(1)})
+        members = {"i": In(link), "o": Out(link), "o_overflow": Out(1)}
+        if inject_vc is not None:
+            members["i_inject"] = In(stream.Signature(flit_layout))
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
@@ -76,8 +97,14 @@ class LinkCdc(wiring.Component):
                 cross.w_data.eq(buffer.o[v].payload),
                 cross.w_en.eq(buffer.o[v].valid),
                 buffer.o[v].ready.eq(cross.w_rdy),
-                send.i[v].payload.eq(cross.r_data),
-                send.i[v].valid.eq(cross.r_rdy),
-                cross.r_en.eq(send.i[v].ready),
             ]
+            into = send.i[v]
+            if v == self.inject_vc:
+                merge = DomainRenamer(self.o_domain)(StreamMerge(self.flit_layout, 2))
+                m.submodules.inject = merge
+                wiring.connect(m, wiring.flipped(self.i_inject), merge.i[1])
+                wiring.connect(m, merge.o, into)
+                into = merge.i[0]
+            m.d.comb += [into.payload.eq(cross.r_data), into.valid.eq(cross.r_rdy),
+                         cross.r_en.eq(into.ready)]
         return m

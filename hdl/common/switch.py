@@ -40,10 +40,12 @@ class CreditSwitch(wiring.Component):
     route : callable
         ``route(m, flit, input_index) -> Value``: output index of a head flit
         (a combinational expression; may add logic to ``m``).
-    depth : int
-        Input buffer slots per VC, in flits.
-    out_credits : int
-        Credits per VC at each output: the downstream buffer depth, in flits.
+    depth : int or sequence of int
+        Input buffer slots per VC, in flits: one value for every input, or one
+        per input.
+    out_credits : int or sequence of int
+        Credits per VC at each output: the downstream buffer depth, in flits;
+        one value for every output, or one per output.
     n_vc : int
         Virtual channels.
     voq : bool
@@ -87,10 +89,20 @@ class CreditSwitch(wiring.Component):
 
     def __init__(self, *, flit_layout, n_in, n_out, route, depth, out_credits, n_vc=2,
                  voq=False, packets=False):
-        for name, value in (("n_in", n_in), ("n_out", n_out), ("depth", depth),
-                            ("out_credits", out_credits)):
+        for name, value in (("n_in", n_in), ("n_out", n_out)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, not {value!r}")
+
+        def per_port(name, value, n):
+            values = (value,) * n if not isinstance(value, (tuple, list)) else tuple(value)
+            if len(values) != n or not all(isinstance(v, int) and not isinstance(v, bool)
+                                           and v >= 1 for v in values):
+                raise ValueError(f"{name} must be a positive integer or {n} of them, "
+                                 f"not {value!r}")
+            return values
+
+        self.depths = per_port("depth", depth, n_in)
+        self.out_credit_counts = per_port("out_credits", out_credits, n_out)
         self.flit_layout = flit_layout
         self.n_in, self.n_out, self.n_vc = n_in, n_out, n_vc
         self.route = route
@@ -131,7 +143,7 @@ class CreditSwitch(wiring.Component):
                 pops = []
                 occupied = []
                 for o in range(self.n_out):
-                    queue = sync_fifo(width=self.flit_layout.size, depth=self.depth)
+                    queue = sync_fifo(width=self.flit_layout.size, depth=self.depths[i])
                     m.submodules[f"voq{i}_{v}_{o}"] = queue
                     write = link.valid & (link.flit.vc == v) & (dest == o)
                     m.d.comb += [queue.w_data.eq(link.flit), queue.w_en.eq(write)]
@@ -147,7 +159,7 @@ class CreditSwitch(wiring.Component):
                     overflow.append(flag)
                 # Several outputs may drain one input's VC in a cycle; the credits
                 # go back one per cycle (the link refills one slot per cycle).
-                owed = Signal(range(self.n_out * self.depth + 1), name=f"owed_{i}_{v}")
+                owed = Signal(range(self.n_out * self.depths[i] + 1), name=f"owed_{i}_{v}")
                 popped = sum(p.as_unsigned() for p in pops)
                 m.d.sync += owed.eq(owed + popped - (owed != 0))
                 m.d.comb += link.credit[v].eq(owed != 0)
@@ -158,7 +170,8 @@ class CreditSwitch(wiring.Component):
         heads = []      # per requester: (stream, destination index, vc, input)
         overflow = []
         for i in range(self.n_in):
-            buf = VcInputBuffer(flit_layout=self.flit_layout, depth=self.depth, n_vc=self.n_vc)
+            buf = VcInputBuffer(flit_layout=self.flit_layout, depth=self.depths[i],
+                                n_vc=self.n_vc)
             m.submodules[f"in{i}"] = buf
             wiring.connect(m, wiring.flipped(self.i[i]), buf.i)
             overflow.append(buf.o_overflow)
@@ -176,7 +189,7 @@ class CreditSwitch(wiring.Component):
             cands = [(r, h) for r, h in enumerate(heads)
                      if not isinstance(h[1], int) or h[1] == o]
             n = len(cands)
-            credits = CreditCounter(n_vc=self.n_vc, depth=self.out_credits)
+            credits = CreditCounter(n_vc=self.n_vc, depth=self.out_credit_counts[o])
             m.submodules[f"credits{o}"] = credits
             m.d.comb += credits.i_return.eq(self.o[o].credit)
             for v in range(self.n_vc):

@@ -101,14 +101,22 @@ class MeshConfig(ConfigBase):
                                    "the shire' round trip)")
     mesh_port_cycles: int = _run(0, f"{SEED}: shire-to-mesh stage, each way at both ends "
                                    "('150 + 12 per hop between shires' round trip)")
-    send_window_flits: int = _run(58, f"{SEED}: 'Message size and bandwidth': 'the sender "
+    mesh_window_flits: int = _run(51, f"{SEED}: 'Message size and bandwidth': 'the sender "
                                       "seems to have a limited number of packets in flight' "
-                                      "(message flits a TensorSend may have unacknowledged; 0: "
-                                      "no window; chosen so 1 KB round trips steepen beyond "
-                                      "5 hops)")
-    ack_flits: int = _run(4, "flits a TensorRecv takes in per ACK to the sender (not in the "
-                             "seed)")
+                                      "(request flits a shire's mesh stop may have on the mesh "
+                                      "unacknowledged by the destination shire's mesh stop; 0: no "
+                                      "window; chosen, with ack_flits, so 1 KB round trips steepen "
+                                      "beyond 5 hops)")
+    send_window_flits: int = _run(0, "message flits a TensorSend may have unacknowledged by the "
+                                     "receiving minion (0: no window; a what-if, not in the seed)")
+    ack_flits: int = _run(2, "flits taken in per ACK, by a mesh stop from a source shire and by a "
+                             "TensorRecv from its sender (not in the seed; chosen with "
+                             "mesh_window_flits)")
     link_buffer_flits: int = _hw(8, "credits per VC on every link (not in the seed)")
+    crossbar_buffer_flits: int = _hw(24, "credits per VC from the shire crossbar into a "
+                                         "neighbourhood, enough to cover the credit round trip "
+                                         "of the default crossbar stage (crossbar_cycles 19) at "
+                                         "one flit per cycle (not in the seed)")
     watchdog_cycles: int = _hw(20000, "no engine progress for this many minion cycles "
                                                 "ends a run (a model setting, not in the seed)")
 
@@ -134,6 +142,7 @@ class MeshConfig(ConfigBase):
              f"large enough with mesh_rows ({self.mesh_rows}) to hold the "
              f"{self.compute_shires} compute shires")
         posint("link_buffer_flits", 64)
+        posint("crossbar_buffer_flits", 255)
         posint("watchdog_cycles", 1 << 30)
         for name in ("engine_send_cycles", "engine_recv_cycles", "tree_edge_cycles",
                      "crossbar_cycles", "mesh_port_cycles"):
@@ -143,9 +152,21 @@ class MeshConfig(ConfigBase):
         v = self.send_window_flits
         need("send_window_flits", isinstance(v, int) and not isinstance(v, bool)
              and 0 <= v <= 255, "0 (no window) or an integer from 1 to 255")
+        v = self.mesh_window_flits
+        need("mesh_window_flits", isinstance(v, int) and not isinstance(v, bool)
+             and 0 <= v <= 255, "0 (no window) or an integer from 1 to 255")
         v = self.ack_flits
         need("ack_flits", isinstance(v, int) and not isinstance(v, bool)
              and 1 <= v <= 255, "an integer from 1 to 255")
+        window, others = self.mesh_window_flits, self.compute_shires - 1
+        if window and others:
+            # counts below ack_flits wait for a message's last flit: those every
+            # other shire may hold back must not fill a source's window
+            most = (window - 1) // others + 1
+            need("ack_flits", v <= most,
+                 f"at most {most} with mesh_window_flits {window} and {others + 1} compute "
+                 "shires, so the counts below it that every other shire may hold back "
+                 "cannot fill the window")
         v = self.router_hop_mesh_cycles
         need("router_hop_mesh_cycles", isinstance(v, int) and not isinstance(v, bool)
              and 2 <= v <= 16, "an integer from 2 to 16 (a router hop has at least its "

@@ -25,17 +25,17 @@ during a tree run ("one ready bit per level"), so a tree takes no READY
 messages and cannot hang the way a naive 2D layout does; flits of several
 children may interleave, and each is combined as it arrives.
 
-A TensorSend keeps at most ``i_window_flits`` flits in flight unacknowledged
-(seed 002, "Message size and bandwidth": "1 KB round trips ... add 12 cycles
-per hop up to 5 hops and 27-36 per hop beyond, so the sender seems to have a
-limited number of packets in flight").  The receiving engine answers every
-``i_ack_flits`` flits it takes in, and a message's last, with an ACK on the
-response channel; any count still owed when a 16-cycle sweep wraps goes
-out too, so no count waits more than 16 cycles.  The sweep restarts at
-each ``i_start``: a run takes the same cycles however long the engine
-idled before it.
-Near partners' ACKs return before the window fills; beyond a few hops the
-sender waits for them.  Tree messages use no window.
+A TensorSend may keep at most ``i_window_flits`` flits in flight
+unacknowledged by the receiving engine, which answers every ``i_ack_flits``
+flits it takes in, and a message's last, with an ACK on the response channel;
+any count still owed when a 16-cycle sweep wraps goes out too, so no count
+waits more than 16 cycles.  The sweep restarts at each ``i_start``: a run
+takes the same cycles however long the engine idled before it.  Tree
+messages use no window.  The default configuration leaves this window off
+(``send_window_flits`` 0): the seed's "limited number of packets in flight"
+is modelled at the shire's mesh stop (:class:`~hdl.etsoc.mesh.MeshStop`),
+whose ACKs travel the mesh alone; a window here, whose ACKs also cross both
+shires' crossbars and clock crossings, is a what-if.
 
 Credit counters and the shire barrier (seed 002, "Every primitive, against a
 GPU": "credit counters that let a core sleep until another core signals it,
@@ -82,7 +82,8 @@ class MsgKind(enum.IntEnum):
     HEAD = 0   #: message header: ``data[0:7]`` registers, ``data[7:9]`` combine op (request VC)
     DATA = 1   #: register data, ``addr`` = flit index in the message (request VC)
     READY = 2  #: receive posted, sender may send (response VC)
-    ACK = 3    #: receiver to sender: ``data[0:8]`` message flits taken in (response VC)
+    ACK = 3    #: receiver to sender: ``data[0:8]`` message flits taken in (response VC); with
+    #: ``data[16]`` set, one mesh stop's to another's, the count in ``data[0:16]``
     CREDIT = 4  #: raise the destination's credit counter by one (response VC)
     FLB = 5    #: barrier arrival to the shire's barrier unit, ``data[0:6]`` members (response VC)
     FLB_RESULT = 6  #: barrier unit to an arriving minion, ``data[0]`` = arrived last (response VC)

@@ -5,29 +5,34 @@ Every cell has a five-port mesh router clocked by the mesh clock (400 MHz);
 routes are dimension-ordered (X first, then Y), so every route is a shortest
 path through all 36 cells, the four non-compute cells included.  Each
 compute shire meets its router at one point, through clock-domain-crossing
-FIFOs into and out of the minion clock (600 MHz).  A register port
+FIFOs into and out of the minion clock (600 MHz) and a mesh stop that keeps
+the shire's request flits on the mesh within a window.  A register port
 configures the engines once per run, a counter port reads them, and a
 watchdog flags a run that stops moving.
 """
 
 import enum
 
-from amaranth import Array, Cat, ClockDomain, Const, Module, Signal
+from amaranth import Array, Cat, ClockDomain, Const, Module, Mux, Signal
 from amaranth.hdl import DomainRenamer
-from amaranth.lib import wiring
+from amaranth.lib import stream, wiring
+from amaranth.lib.cdc import FFSynchronizer
 from amaranth.lib.wiring import In, Out
 
+from ..common.arbiter import RoundRobin
 from ..common.cdc import LinkCdc
 from ..common.credit import CreditLink, LinkDelay, LinkPipeline
-from ..common.flit import flit_layout
+from ..common.flit import VC, flit_layout
 from ..common.shared import SharedModule
 from ..common.switch import CreditSwitch
 from ..common.watchdog import Watchdog
 from .config import MeshConfig
-from .shire import ENGINE_COUNTERS, Shire
+from .engine import MsgKind
+from .shire import ENGINE_COUNTERS, MESH_STOP_ACK, Shire, is_mesh_stop_ack
 
-__all__ = ["Port", "MeshRouter", "ShirePort", "EtSocMesh", "MeshReg", "mesh_registers",
-           "make_flit_layout", "counter_names", "ENGINE_COUNTERS", "GLOBAL", "ALL_MINIONS"]
+__all__ = ["Port", "MeshRouter", "MeshStop", "ShirePort", "EtSocMesh", "MeshReg",
+           "mesh_registers", "make_flit_layout", "counter_names", "ENGINE_COUNTERS", "GLOBAL",
+           "ALL_MINIONS"]
 
 #: ``cfg_addr`` bit that selects the mesh-wide registers (:class:`MeshReg`).
 GLOBAL = 1 << 14
@@ -38,8 +43,8 @@ ALL_MINIONS = 1 << 15
 
 class MeshReg(enum.IntEnum):
     """Mesh-wide run-time registers at ``cfg_addr = GLOBAL | reg`` (8 bits each):
-    the stage latencies the seed does not disclose (minion cycles) and the
-    engines' send window and ACK spacing (flits)."""
+    the stage latencies the seed does not disclose (minion cycles), the
+    engines' send window, the ACK spacing and the mesh stops' window (flits)."""
 
     SEND_CYCLES = 0      #: engine_send_cycles
     RECV_CYCLES = 1      #: engine_recv_cycles
@@ -48,6 +53,7 @@ class MeshReg(enum.IntEnum):
     PORT_CYCLES = 4      #: mesh_port_cycles
     WINDOW_FLITS = 5     #: send_window_flits
     ACK_FLITS = 6        #: ack_flits
+    MESH_WINDOW_FLITS = 7  #: mesh_window_flits
 
 
 def mesh_registers(cfg):
@@ -55,7 +61,8 @@ def mesh_registers(cfg):
     return {MeshReg.SEND_CYCLES: cfg.engine_send_cycles, MeshReg.RECV_CYCLES: cfg.engine_recv_cycles,
             MeshReg.TREE_CYCLES: cfg.tree_edge_cycles, MeshReg.XBAR_CYCLES: cfg.crossbar_cycles,
             MeshReg.PORT_CYCLES: cfg.mesh_port_cycles,
-            MeshReg.WINDOW_FLITS: cfg.send_window_flits, MeshReg.ACK_FLITS: cfg.ack_flits}
+            MeshReg.WINDOW_FLITS: cfg.send_window_flits, MeshReg.ACK_FLITS: cfg.ack_flits,
+            MeshReg.MESH_WINDOW_FLITS: cfg.mesh_window_flits}
 
 
 class Port(enum.IntEnum):
@@ -206,6 +213,136 @@ def counter_names(cfg):
     return names
 
 
+class MeshStop(wiring.Component):
+    """A shire's mesh stop, between its clock crossing and its router's local
+    port: the window of request flits the shire may have on the mesh, and the
+    acknowledgements that close it (seed 002, "Message size and bandwidth":
+    "1 KB round trips between all 496 shire pairs add 12 cycles per hop up to
+    5 hops and 27-36 per hop beyond, so the sender seems to have a limited
+    number of packets in flight").  Clock: mesh clock (domain ``sync``; the
+    :class:`ShirePort` renames it to ``mesh``).
+
+    Sending side: the flits bound for the router, ``i_up``, pass to ``o_up``
+    unchanged in the same cycle.  The stop counts the request-channel flits
+    that leave and are not yet acknowledged, and hands a request credit the
+    router returns back upstream only while those flits plus the request
+    credits upstream holds stay within ``i_window_flits``.  So the window adds
+    no latency and never holds a response flit (READY, ACK, credit).
+
+    Receiving side: ``i_arrive`` taps the flits the router hands the shire.
+    Each request flit raises its source shire's owed count; a count goes back
+    to that shire's stop as one ``ACK`` flit on ``o`` (minion 0 to minion 0,
+    ``data[MESH_STOP_ACK]`` set, the count in ``data[0:16]``) once it reaches
+    ``i_ack_flits`` or when a message's last flit arrives.  Sources with
+    counts due take turns, round robin.  An ACK to this stop is counted as it
+    passes the tap and then goes on into the shire, whose crossbar drops it.
+    With ``i_window_flits`` 0 nothing is counted and no ACK is sent.
+
+    Parameters
+    ----------
+    flit_layout : StructLayout
+        Flit layout (``node_bits`` 10).
+    credits : int
+        Request credits upstream starts with (the router's local input
+        buffer, ``link_buffer_flits``).
+
+    Members
+    -------
+    i_shire : In(5)
+        Logical shire ID.  Hold it constant.
+    i_window_flits : In(8)
+        Request flits on the mesh unacknowledged, at most, once the first
+        ``credits`` have gone (0: no window).  Change it only while
+        ``o_idle``.
+    i_ack_flits : In(8)
+        Request flits taken in from one source shire per ACK (1 or more).
+        Counts below it wait for a message's last flit, so the counts every
+        other shire may hold back, ``(i_ack_flits - 1)`` each, must sum to
+        less than the window (:class:`~hdl.etsoc.config.MeshConfig` checks).
+    i_up : In(CreditLink(flit_layout)); o_up : Out(CreditLink(flit_layout))
+        Flits from the clock crossing, and the link on to the router.
+    i_arrive_valid : In(1); i_arrive : In(flit_layout)
+        A flit the router hands the shire this cycle.
+    o : Out(stream.Signature(flit_layout))
+        ACK flits to other shires' stops (response channel).
+    o_in_flight : Out(16)
+        Request flits sent on the mesh and not yet acknowledged.
+    o_idle : Out(1)
+        Nothing in flight and no count owed (registered).
+    o_error : Out(1)
+        Sticky: an ACK counted more flits than were in flight.
+
+    Raises
+    ------
+    ValueError
+        If ``credits`` is not a positive integer.
+    """
+
+    def __init__(self, *, flit_layout, credits):
+        if not isinstance(credits, int) or credits < 1:
+            raise ValueError(f"credits must be a positive integer, not {credits!r}")
+        self.flit_layout = flit_layout
+        self.credits = credits
+        link = CreditLink(flit_layout)
+        super().__init__({"i_shire": In(5), "i_window_flits": In(8), "i_ack_flits": In(8),
+                          "i_up": In(link), "o_up": Out(link),
+                          "i_arrive_valid": In(1), "i_arrive": In(flit_layout),
+                          "o": Out(stream.Signature(flit_layout)), "o_in_flight": Out(16),
+                          "o_idle": Out(1), "o_error": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        window = self.i_window_flits
+        on = window != 0
+        arrive = self.i_arrive
+        arriving = self.i_arrive_valid & on
+        # --- sending side: the window, by holding back request credits ---
+        m.d.comb += [self.o_up.valid.eq(self.i_up.valid), self.o_up.flit.eq(self.i_up.flit),
+                     self.i_up.credit[VC.RSP].eq(self.o_up.credit[VC.RSP])]
+        sent = self.i_up.valid & (self.i_up.flit.vc == VC.REQ)
+        returned = self.o_up.credit[VC.REQ]
+        held = Signal(range(self.credits + 1), init=self.credits)   # upstream's
+        pending = Signal(range(self.credits + 1))                    # kept back here
+        in_flight = self.o_in_flight
+        ack_here = arriving & is_mesh_stop_ack(arrive) & (arrive.dst[5:10] == self.i_shire)
+        acked = Mux(ack_here, arrive.data[:16], 0)
+        give = Signal()
+        m.d.comb += give.eq((returned | (pending != 0)) & (~on | (in_flight + held + 1 <= window)))
+        m.d.comb += self.i_up.credit[VC.REQ].eq(give)
+        m.d.sync += [held.eq(held - sent + give), pending.eq(pending + returned - give),
+                     in_flight.eq(in_flight + (sent & on) - acked)]
+        with m.If(ack_here & (acked > in_flight + (sent & on))):
+            m.d.sync += self.o_error.eq(1)
+
+        # --- receiving side: a count owed to each source shire ---
+        took = arriving & (arrive.vc == VC.REQ)
+        source = arrive.src[5:10]
+        owed = Array(Signal(16, name=f"owed{s}") for s in range(32))
+        flush = Signal(32)
+        m.submodules.pick = pick = RoundRobin(32)
+        for s in range(32):
+            m.d.comb += pick.requests[s].eq((owed[s] != 0)
+                                            & ((owed[s] >= self.i_ack_flits) | flush[s]))
+        to = pick.grant_index
+        out = self.o.payload
+        m.d.comb += [self.o.valid.eq(pick.valid), pick.take.eq(self.o.ready),
+                     out.kind.eq(MsgKind.ACK), out.vc.eq(VC.RSP), out.last.eq(1),
+                     out.src.eq(Cat(Const(0, 5), self.i_shire)), out.dst.eq(Cat(Const(0, 5), to)),
+                     out.data.eq(owed[to] | (1 << MESH_STOP_ACK))]
+        acked_out = self.o.valid & self.o.ready
+        for s in range(32):
+            mine = took & (source == s)
+            gone = acked_out & (to == s)
+            m.d.sync += owed[s].eq(Mux(gone, 0, owed[s]) + mine)
+            with m.If(mine & arrive.last):
+                m.d.sync += flush[s].eq(1)
+            with m.Elif(gone):
+                m.d.sync += flush[s].eq(0)
+        # registered, as it crosses into the minion clock
+        m.d.sync += self.o_idle.eq((in_flight == 0) & ~Cat(*(o != 0 for o in owed)).any())
+        return m
+
+
 class ShirePort(wiring.Component):
     """Where a shire meets its router: the shire-to-mesh stage each way and the
     clock-domain crossings between the minion clock (domain ``sync``, 600
@@ -214,8 +351,10 @@ class ShirePort(wiring.Component):
     module serves every shire's port (:class:`~hdl.common.shared.SharedModule`).
 
     Up: ``i_up`` -> :class:`~hdl.common.credit.LinkDelay` of ``i_latency``
-    minion cycles -> :class:`~hdl.common.cdc.LinkCdc` -> ``o_up``; down the
-    mirror image.
+    minion cycles -> :class:`~hdl.common.cdc.LinkCdc` -> :class:`MeshStop`
+    -> ``o_up``; down the mirror image, the mesh stop tapping the flits as
+    they leave the router.  The stop's ACKs join the response channel at the
+    crossing's mesh-clock end.
 
     Parameters
     ----------
@@ -236,32 +375,55 @@ class ShirePort(wiring.Component):
         To the shire (minion clock).
     i_latency : In(8)
         The shire-to-mesh stage, minion cycles (``mesh_port_cycles``).
+    i_shire : In(5)
+        Logical shire ID (hold it constant).
+    i_window_flits, i_ack_flits : In(8)
+        The mesh stop's window and ACK spacing (``mesh_window_flits``,
+        ``ack_flits``; minion clock, synchronised into the mesh clock: change
+        them only while ``o_idle``).
+    o_idle : Out(1)
+        The mesh stop has nothing in flight and owes no ACK (synchronised
+        into the minion clock).
     o_overflow : Out(1)
-        Sticky: a buffer overflowed (credit protocol broken).
+        Sticky: a buffer overflowed (credit protocol broken), or the mesh
+        stop was acknowledged more flits than it sent.
     """
 
     def __init__(self, *, flit_layout, depth):
         self.flit_layout, self.depth = flit_layout, depth
         link = CreditLink(flit_layout)
         super().__init__({"i_up": In(link), "o_up": Out(link), "i_down": In(link),
-                          "o_down": Out(link), "i_latency": In(8), "o_overflow": Out(1)})
+                          "o_down": Out(link), "i_latency": In(8), "i_shire": In(5),
+                          "i_window_flits": In(8), "i_ack_flits": In(8), "o_idle": Out(1),
+                          "o_overflow": Out(1)})
 
     def elaborate(self, platform):
         m = Module()
         layout, depth = self.flit_layout, self.depth
         m.submodules.up_pipe = up_pipe = LinkDelay(flit_layout=layout, capacity=2 * depth)
         m.submodules.up = up = LinkCdc(flit_layout=layout, depth=depth, out_credits=depth,
-                                       i_domain="sync", o_domain="mesh")
+                                       i_domain="sync", o_domain="mesh", inject_vc=VC.RSP)
+        m.submodules.stop = stop = DomainRenamer("mesh")(
+            MeshStop(flit_layout=layout, credits=depth))
+        for name in ("i_shire", "i_window_flits", "i_ack_flits"):
+            m.submodules[f"sync_{name}"] = FFSynchronizer(getattr(self, name),
+                                                           getattr(stop, name), o_domain="mesh")
+        m.submodules.sync_idle = FFSynchronizer(stop.o_idle, self.o_idle, o_domain="sync")
+        stop_error = Signal()
+        m.submodules.sync_error = FFSynchronizer(stop.o_error, stop_error, o_domain="sync")
         m.submodules.down = down = LinkCdc(flit_layout=layout, depth=depth, out_credits=depth,
                                            i_domain="mesh", o_domain="sync")
         m.submodules.down_pipe = down_pipe = LinkDelay(flit_layout=layout, capacity=2 * depth)
         m.d.comb += [up_pipe.i_latency.eq(self.i_latency),
                      down_pipe.i_latency.eq(self.i_latency),
                      self.o_overflow.eq(up_pipe.o_overflow | down_pipe.o_overflow
-                                        | up.o_overflow | down.o_overflow)]
+                                        | up.o_overflow | down.o_overflow | stop_error)]
         wiring.connect(m, wiring.flipped(self.i_up), up_pipe.i)
         wiring.connect(m, up_pipe.o, up.i)
-        wiring.connect(m, up.o, wiring.flipped(self.o_up))
+        wiring.connect(m, up.o, stop.i_up)
+        wiring.connect(m, stop.o_up, wiring.flipped(self.o_up))
+        wiring.connect(m, stop.o, up.i_inject)
+        m.d.comb += [stop.i_arrive_valid.eq(self.i_down.valid), stop.i_arrive.eq(self.i_down.flit)]
         wiring.connect(m, wiring.flipped(self.i_down), down.i)
         wiring.connect(m, down.o, down_pipe.i)
         wiring.connect(m, down_pipe.o, wiring.flipped(self.o_down))
@@ -301,8 +463,10 @@ class EtSocMesh(wiring.Component):
         One-cycle pulses: fill every register file; start every engine;
         checksum every register file.
     init_done, done, verify_done : Out(1)
-        Every engine filled; every engine's messages sent and received; every
-        checksum ready.
+        Every engine filled and every mesh stop idle (:class:`MeshStop`: the
+        last run's ACKs home, so a run never starts with the window part
+        used); every engine's messages sent and received; every checksum
+        ready.
     stuck : Out(1)
         Watchdog: no engine moved a flit for ``watchdog_cycles`` minion cycles
         while the run was not done.
@@ -356,6 +520,7 @@ class EtSocMesh(wiring.Component):
                     with m.Case(reg):
                         m.d.sync += sig.eq(self.cfg_data)
         shires = []
+        stops_idle = []
         overflow = [r.o_overflow for r in routers.values()]
         for s, cell in enumerate(cfg.placement):
             shire = SharedModule(Shire, "etsoc_shire", cfg=cfg, flit_layout=layout,
@@ -380,7 +545,10 @@ class EtSocMesh(wiring.Component):
             port = SharedModule(ShirePort, "etsoc_shire_port", domains=("sync", "mesh"),
                                 flit_layout=layout, depth=depth)
             m.submodules[f"port{s}"] = port
-            m.d.comb += port.i_latency.eq(latency[MeshReg.PORT_CYCLES])
+            m.d.comb += [port.i_latency.eq(latency[MeshReg.PORT_CYCLES]), port.i_shire.eq(s),
+                         port.i_window_flits.eq(latency[MeshReg.MESH_WINDOW_FLITS]),
+                         port.i_ack_flits.eq(latency[MeshReg.ACK_FLITS])]
+            stops_idle.append(port.o_idle)
             overflow.append(port.o_overflow)
             wiring.connect(m, shire.o_mesh, port.i_up)
             wiring.connect(m, port.o_up, routers[cell].i[Port.LOCAL])
@@ -388,7 +556,7 @@ class EtSocMesh(wiring.Component):
             wiring.connect(m, port.o_down, shire.i_mesh)
 
         m.d.comb += [
-            self.init_done.eq(Cat(*(sh.o_init_done for sh in shires)).all()),
+            self.init_done.eq(Cat(*(sh.o_init_done for sh in shires), *stops_idle).all()),
             self.done.eq(Cat(*(sh.o_done for sh in shires)).all()),
             self.verify_done.eq(Cat(*(sh.o_verify_done for sh in shires)).all()),
         ]

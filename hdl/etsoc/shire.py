@@ -21,7 +21,8 @@ from ..common.switch import CreditSwitch
 from .config import tree_edge
 from .engine import MinionEngine, MsgKind
 
-__all__ = ["ENGINE_COUNTERS", "Shire", "ShireBarrier", "engine_counters"]
+__all__ = ["ENGINE_COUNTERS", "MESH_STOP_ACK", "Shire", "ShireBarrier", "engine_counters",
+           "is_mesh_stop_ack"]
 
 #: Per-engine counters, in address order within an engine.
 ENGINE_COUNTERS = ("tx_msgs", "rx_msgs", "first_rx", "last_rx", "checksum", "errors",
@@ -43,6 +44,17 @@ def is_barrier_unit_flit(flit):
     """True for the flit kinds addressed to a shire's :class:`ShireBarrier`
     (their ``dst`` names a minion of that shire; the kind selects the unit)."""
     return (flit.kind == MsgKind.FLB) | (flit.kind == MsgKind.CREDIT_MCAST)
+
+
+#: ``data`` bit that marks an ``ACK`` flit as one mesh stop's to another's
+#: (:class:`~hdl.etsoc.mesh.MeshStop`); the count is in ``data[0:16]``.
+MESH_STOP_ACK = 16
+
+
+def is_mesh_stop_ack(flit):
+    """1-bit value, true for the ``ACK`` flits a :class:`~hdl.etsoc.mesh.MeshStop`
+    sends to another shire's stop."""
+    return (flit.kind == MsgKind.ACK) & flit.data[MESH_STOP_ACK]
 
 
 class ShireBarrier(wiring.Component):
@@ -132,7 +144,9 @@ class Shire(wiring.Component):
     ----------
     cfg : MeshConfig
         ``neighbourhoods`` x ``minions_per_neighbourhood`` minions are built,
-        with buffers of ``link_buffer_flits`` per VC.
+        with buffers of ``link_buffer_flits`` per VC, and
+        ``crossbar_buffer_flits`` per VC where the crossbar's stage enters
+        a neighbourhood.
     flit_layout : StructLayout
         Flit layout (``node_bits`` 10).
     checks : bool
@@ -150,7 +164,8 @@ class Shire(wiring.Component):
         Flits from the mesh.
     o_overflow : Out(1)
         Sticky: some buffer overflowed (credit protocol broken), or the
-        barrier unit was sent a flit it does not handle.
+        barrier unit or the crossbar's sink for the mesh stops' ACKs was sent
+        a flit it does not handle.
     i_send_cycles, i_recv_cycles : In(8)
         Engine latencies, to every engine (see :class:`MinionEngine`).
     i_tree_cycles : In(8)
@@ -201,6 +216,7 @@ class Shire(wiring.Component):
         cfg = self.cfg
         mpn, nbs = cfg.minions_per_neighbourhood, cfg.neighbourhoods
         depth = cfg.link_buffer_flits
+        xdepth = cfg.crossbar_buffer_flits
         layout = self.flit_layout
         levels = max(mpn - 1, 0).bit_length()
         # edge[a * mpn + b]: minions a and b of a neighbourhood share a tree edge
@@ -255,7 +271,7 @@ class Shire(wiring.Component):
                 return fast.as_unsigned() * dst_local[:lbits] + (~fast).as_unsigned() * mpn
 
             switch = CreditSwitch(flit_layout=layout, n_in=mpn + 1, n_out=mpn + 1, route=nb_route,
-                                  depth=depth, out_credits=depth)
+                                  depth=(depth,) * mpn + (xdepth,), out_credits=depth)
             m.submodules[f"nb{nb}"] = switch
             overflow.append(switch.o_overflow)
             for k in range(mpn):
@@ -282,16 +298,18 @@ class Shire(wiring.Component):
         def xbar_route(m, flit, i):
             here = flit.dst[5:10] == self.i_shire
             nb_of = flit.dst[:5] // mpn if nbs > 1 else 0
-            return Mux(here, Mux(is_barrier_unit_flit(flit), nbs + 1, nb_of), nbs)
+            return Mux(here, Mux(is_barrier_unit_flit(flit), nbs + 1,
+                                 Mux(is_mesh_stop_ack(flit), nbs + 2, nb_of)), nbs)
 
-        # crossbar ports: 0..nbs-1 neighbourhoods, nbs the mesh, nbs+1 the barrier unit
-        xbar = CreditSwitch(flit_layout=layout, n_in=nbs + 2, n_out=nbs + 2, route=xbar_route,
-                            depth=depth, out_credits=depth)
+        # crossbar ports: 0..nbs-1 neighbourhoods, nbs the mesh, nbs+1 the barrier
+        # unit; output nbs+2 takes the mesh stops' ACKs
+        xbar = CreditSwitch(flit_layout=layout, n_in=nbs + 2, n_out=nbs + 3, route=xbar_route,
+                            depth=depth, out_credits=(xdepth,) * nbs + (depth,) * 3)
         m.submodules.xbar = xbar
         overflow.append(xbar.o_overflow)
         for nb, switch in enumerate(xbar_pipes):
             wiring.connect(m, switch.o[mpn], xbar.i[nb])
-            down = LinkDelay(flit_layout=layout, capacity=2 * depth)
+            down = LinkDelay(flit_layout=layout, capacity=2 * xdepth)
             m.submodules[f"xbar_out{nb}"] = down
             m.d.comb += down.i_latency.eq(self.i_xbar_cycles)
             overflow.append(down.o_overflow)
@@ -299,6 +317,16 @@ class Shire(wiring.Component):
             wiring.connect(m, down.o, switch.i[mpn])
         wiring.connect(m, xbar.o[nbs], wiring.flipped(self.o_mesh))
         wiring.connect(m, wiring.flipped(self.i_mesh), xbar.i[nbs])
+        # The mesh stops' ACKs have been counted where they left the mesh
+        # (hdl.etsoc.mesh.MeshStop); here they end.
+        stray = Signal()
+        stop_sink = VcInputBuffer(flit_layout=layout, depth=depth)
+        m.submodules.stop_sink = stop_sink
+        wiring.connect(m, xbar.o[nbs + 2], stop_sink.i)
+        m.d.comb += [stop_sink.o[VC.RSP].ready.eq(1), stop_sink.o[VC.REQ].ready.eq(1)]
+        with m.If(stop_sink.o[VC.REQ].valid):
+            m.d.sync += stray.eq(1)
+        overflow.append(stop_sink.o_overflow)
         barrier = ShireBarrier(flit_layout=layout)
         m.submodules.barrier = barrier
         m.d.comb += barrier.i_shire.eq(self.i_shire)
@@ -313,7 +341,6 @@ class Shire(wiring.Component):
         wiring.connect(m, barrier.o, barrier_out.i[VC.RSP])
         m.d.comb += barrier_out.i[VC.REQ].valid.eq(0)
         wiring.connect(m, barrier_out.o, xbar.i[nbs + 1])
-        stray = Signal()
         with m.If(barrier_in.o[VC.REQ].valid):
             m.d.sync += stray.eq(1)
         overflow += [barrier_in.o_overflow, barrier.o_errors.any(), stray]

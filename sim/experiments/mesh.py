@@ -1494,13 +1494,20 @@ EXPERIMENTS = {e.name: e for e in (
                _one_kb_runs, _one_kb_rows, MINION_ZERO,
                notes=(_MINION_ZERO_NOTE,
                       "Three ping-pong exchanges of 32 registers (1 KB) per pair, packed into "
-                      "runs as in the round-trip experiment. A TensorSend keeps at most "
-                      "send_window_flits flits in flight unacknowledged; the receiving engine "
-                      "acknowledges every ack_flits flits (and a message's last) with an ACK "
-                      "on the response channel. Near partners' ACKs return before the window "
+                      "runs as in the round-trip experiment. Each shire's mesh stop, between "
+                      "its clock crossing and its router, keeps at most mesh_window_flits "
+                      "request flits on the mesh unacknowledged; the destination shire's "
+                      "mesh stop returns an ACK every ack_flits flits (and at a message's "
+                      "last) over the mesh, so the ACK loop is the two routers at the ends "
+                      "and the hops between. Near partners' ACKs return before the window "
                       "fills, so only latency grows with distance; beyond the knee the sender "
-                      "waits for them. The window is a configuration field chosen so the knee "
-                      "falls near 5 hops.")),
+                      "waits for them once per 1 KB message. The window and the ACK spacing "
+                      "are configuration fields chosen so the knee falls at 5 hops; the same "
+                      "window paces the 8-hop stream of message_size.",
+                      "Known gap: beyond the knee. The one wait per message grows by a round "
+                      "trip per hop, so a round trip grows by 12 + 2 x 12 = 36 cycles per hop, "
+                      "and the fit lands a hair above the top of the seed's 27-36; the chip's "
+                      "lower slopes are not reproduced.")),
     Experiment("three_speeds", "Three speeds: tree edge, shire crossbar, mesh",
                _speeds_runs, _speeds_rows, REDUCED,
                notes=(_REDUCED_NOTE,
@@ -1518,24 +1525,18 @@ EXPERIMENTS = {e.name: e for e in (
                       "away stand in for its two mesh paths (see sim/experiments/mesh.py, "
                       "_size_paths). The four paths stream at the same time, one run per "
                       "size, in shires and over links none of the others touch.",
-                      "Known gap: the cost per register. Every path but the tree edge crosses "
-                      "the shire crossbar's 19-cycle stage towards a neighbourhood, whose "
-                      "8 credits per VC allow 8 flits per ~23-cycle credit loop, so the "
-                      "crossbar and near mesh paths come out at 5.7 cycles per register; the "
-                      "tree edge moves a flit per cycle (2.0). At 8 hops the send window "
-                      "binds as well (6.9 per register), which also pulls that path's fitted "
-                      "fixed cost below the seed's. With link_buffer_flits=24 (credits cover "
-                      "that stage) and send_window_flits=87 the near mesh path moves a "
-                      "register in 3.00 cycles, the mesh link's 16 B per 400 MHz cycle, the "
-                      "8-hop path in 4.16 and the crossbar path in 2.0; but a 1 KB message "
-                      "(64 flits) then never fills the window, and 1 KB round trips rise 12.0 "
-                      "cycles per hop beyond 5 hops instead of 27-36. No one window of W flits "
-                      "gives both: the 8-hop stream's 4.6 (2.3 cycles per flit) needs its "
-                      "ACKs back from 8 hops in 2.3 W cycles, a knee at 5 hops needs them "
-                      "back from 5 hops in 1.5 W cycles (the mesh link's pace), and the 3 "
-                      "hops between add 36 cycles; so W = 45 flits and ACKs back from 5 hops "
-                      "in 68 cycles, a third of the seed's 210-cycle round trip there. The "
-                      "defaults keep the 1 KB knee, which the seed states as a finding.")),
+                      "The near mesh path moves a register in 3.0 cycles, the mesh link's "
+                      "16 B per 400 MHz cycle; at 8 hops the mesh stop's window paces the "
+                      "stream (its ACKs come back over 8 hops), as in one_kb.",
+                      "Known gaps. The tree edge and crossbar paths move a flit per cycle "
+                      "(2.0 cycles per register against the seed's 2.3 and 4.0): inside a "
+                      "shire nothing slows a stream below its one-flit-per-cycle links, the "
+                      "crossbar's stage being buffered for its credit round trip "
+                      "(crossbar_buffer_flits). The seed does not say what makes its crossbar "
+                      "path slower per register than its near mesh path, which crosses the "
+                      "same crossbar. The 8-hop path's fitted fixed cost is below the seed's: "
+                      "its stream is link-paced up to 16 registers and window-paced above, so "
+                      "a straight line through all sizes starts lower.")),
     Experiment("layouts", "TensorSend layouts: which ones hang",
                _layout_runs, _layout_rows, REDUCED,
                notes=(_REDUCED_NOTE,
@@ -1572,8 +1573,8 @@ EXPERIMENTS = {e.name: e for e in (
                       "completions, and every stream's data are checked in flight. Streams "
                       "run together only when they share no shire and no directed link "
                       "either way (the acknowledgements ride the route back), so each "
-                      "measures its route alone. At these distances the send window sets "
-                      "a stream's pace, so the rate is the route's round trip made "
+                      "measures its route alone. At these distances the mesh stop's window "
+                      "sets a stream's pace, so the rate is the route's round trip made "
                       "visible: a slower or lossy router on the way would show as a cost.",
                       "A non-compute cell that no X-then-Y route between compute shires "
                       "crossed would carry no transit traffic and have no row; with the "
@@ -1592,12 +1593,9 @@ EXPERIMENTS = {e.name: e for e in (
                       "in flight: each receiver's transfer sum equals its sender's.",
                       "Between shires, 4 senders per shire stand in for the seed's 32: the "
                       "shire's single mesh port, not its minions, limits that traffic.",
-                      "Known gap: the bandwidths themselves. Inside a shire, the four ring "
-                      "links of a neighbourhood that are not tree edges share the crossbar's "
-                      "link into it (8 flits per ~23-cycle credit loop), and the ring moves at "
-                      "their pace: below the seed's range. Between shires the slowest link of "
-                      "each ring sets the pace, and for strides 1, 2 and 4 that lands below the "
-                      "seed's range too. The ratio, the acceptance target, is inside 7-34.")),
+                      "Known gap: between shires the slowest link of each ring sets the pace, "
+                      "and for strides 1, 2 and 4 that lands below the seed's range. The "
+                      "ratio, the acceptance target, is inside 7-34.")),
 )}
 
 
