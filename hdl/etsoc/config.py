@@ -149,12 +149,10 @@ class MeshConfig(ConfigBase):
             v = getattr(self, name)
             need(name, isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 255,
                  "an integer from 0 to 255")
-        v = self.send_window_flits
-        need("send_window_flits", isinstance(v, int) and not isinstance(v, bool)
-             and 0 <= v <= 255, "0 (no window) or an integer from 1 to 255")
-        v = self.mesh_window_flits
-        need("mesh_window_flits", isinstance(v, int) and not isinstance(v, bool)
-             and 0 <= v <= 255, "0 (no window) or an integer from 1 to 255")
+        for name in ("send_window_flits", "mesh_window_flits"):
+            v = getattr(self, name)
+            need(name, isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 255,
+                 "0 (no window) or an integer from 1 to 255")
         v = self.ack_flits
         need("ack_flits", isinstance(v, int) and not isinstance(v, bool)
              and 1 <= v <= 255, "an integer from 1 to 255")

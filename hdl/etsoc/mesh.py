@@ -249,7 +249,7 @@ class MeshStop(wiring.Component):
     Members
     -------
     i_shire : In(5)
-        Logical shire ID.  Hold it constant.
+        Logical shire ID, the source of the ACKs sent.  Hold it constant.
     i_window_flits : In(8)
         Request flits on the mesh unacknowledged, at most, once the first
         ``credits`` have gone (0: no window).  Change it only while
@@ -304,7 +304,8 @@ class MeshStop(wiring.Component):
         held = Signal(range(self.credits + 1), init=self.credits)   # upstream's
         pending = Signal(range(self.credits + 1))                    # kept back here
         in_flight = self.o_in_flight
-        ack_here = arriving & is_mesh_stop_ack(arrive) & (arrive.dst[5:10] == self.i_shire)
+        # the router hands this port only flits for this shire
+        ack_here = arriving & is_mesh_stop_ack(arrive)
         acked = Mux(ack_here, arrive.data[:16], 0)
         give = Signal()
         m.d.comb += give.eq((returned | (pending != 0)) & (~on | (in_flight + held + 1 <= window)))
