@@ -760,3 +760,36 @@ def test_the_mesh_stop_acknowledges_each_source_shire_by_count_and_at_a_last_fli
     sim.add_testbench(bench)
     sim.run()
     assert sorted(got) == [(3, 1), (3, 2), (5, 1), (5, 2)], got
+
+
+def test_a_count_as_large_as_the_largest_window_goes_back_in_one_ack():
+    """With the largest window and ACK spacing (255 flits) the 255 request
+    flits of one source shire come back as a single ACK of 255: a stop's
+    count per source holds every flit a source may have on the mesh."""
+    from hdl.etsoc.mesh import MeshStop
+    from hdl.etsoc.shire import MESH_STOP_ACK
+
+    stop = MeshStop(flit_layout=LAYOUT, credits=4)
+    got = []
+
+    async def bench(ctx):
+        ctx.set(stop.i_shire, 7)
+        ctx.set(stop.i_window_flits, 255)
+        ctx.set(stop.i_ack_flits, 255)
+        ctx.set(stop.o.ready, 1)
+        ctx.set(stop.i_arrive.src, 3 << 5)
+        ctx.set(stop.i_arrive.kind, MsgKind.DATA)
+        for cycle in range(265):
+            ctx.set(stop.i_arrive_valid, cycle < 255)
+            await ctx.delay(1e-10)
+            if ctx.get(stop.o.valid):
+                got.append((ctx.get(stop.o.payload.dst) >> 5,
+                            ctx.get(stop.o.payload.data) & ~(1 << MESH_STOP_ACK)))
+            await ctx.tick()
+        assert ctx.get(stop.o_idle)
+
+    sim = Simulator(stop)
+    sim.add_clock(1e-9)
+    sim.add_testbench(bench)
+    sim.run()
+    assert got == [(3, 255)], got

@@ -318,7 +318,11 @@ class MeshStop(wiring.Component):
         # --- receiving side: a count owed to each source shire ---
         took = arriving & (arrive.vc == VC.REQ)
         source = arrive.src[5:10]
-        owed = Array(Signal(16, name=f"owed{s}") for s in range(32))
+        # A source's count never exceeds its flits in flight, which with its
+        # upstream's credits stay within max(i_window_flits, credits): 8 bits
+        # each for the 8-bit window and up to 255 credits.
+        owed = Array(Signal(range(max(256, self.credits + 1)), name=f"owed{s}")
+                     for s in range(32))
         flush = Signal(32)
         m.submodules.pick = pick = RoundRobin(32)
         for s in range(32):
