@@ -793,3 +793,60 @@ def test_a_count_as_large_as_the_largest_window_goes_back_in_one_ack():
     sim.add_testbench(bench)
     sim.run()
     assert got == [(3, 255)], got
+
+
+def test_a_shire_port_ends_its_stop_s_acks_and_returns_every_credit():
+    """The router hands a shire port response flits, every third an ACK for
+    its mesh stop, as fast as its 3 credits allow: the other flits reach the
+    shire in order, no ACK does, and every credit comes back, none twice
+    (some ACKs are dropped in the cycle the crossing returns a credit)."""
+    from amaranth import ClockDomain
+
+    from hdl.common.flit import VC
+    from hdl.etsoc.mesh import ShirePort
+    from hdl.etsoc.shire import MESH_STOP_ACK
+
+    depth = 3
+    m = Module()
+    m.domains.mesh = ClockDomain("mesh")
+    m.submodules.port = port = ShirePort(flit_layout=LAYOUT, depth=depth)
+    flits = [(k, k % 3 == 2) for k in range(60)]      # (tag, is an ACK for the stop)
+    got, state = [], {"credits": depth, "sent": 0}
+
+    async def router(ctx):
+        for _ in range(600):
+            send = state["sent"] < len(flits) and state["credits"] > 0
+            ctx.set(port.i_down.valid, send)
+            if send:
+                tag, ack = flits[state["sent"]]
+                ctx.set(port.i_down.flit.vc, VC.RSP)
+                ctx.set(port.i_down.flit.kind, MsgKind.ACK if ack else MsgKind.READY)
+                ctx.set(port.i_down.flit.data, tag | (ack << MESH_STOP_ACK))
+            await ctx.delay(1e-12)
+            back = ctx.get(port.i_down.credit)
+            assert back >> VC.REQ & 1 == 0, "a request credit came back for no request flit"
+            state["credits"] += (back >> VC.RSP & 1) - send
+            state["sent"] += send
+            assert 0 <= state["credits"] <= depth, state
+            await ctx.tick("mesh")
+
+    async def shire(ctx):
+        took = 0
+        for _ in range(900):
+            ctx.set(port.o_down.credit, took << VC.RSP)
+            await ctx.delay(1e-12)
+            took = ctx.get(port.o_down.valid)
+            if took:
+                got.append(ctx.get(port.o_down.flit.data))
+            await ctx.tick()
+        state["overflow"] = ctx.get(port.o_overflow)
+
+    sim = Simulator(m)
+    sim.add_clock(1 / 600e6)
+    sim.add_clock(1 / 400e6, domain="mesh")
+    sim.add_testbench(router)
+    sim.add_testbench(shire)
+    sim.run()
+    assert state["sent"] == len(flits)
+    assert got == [tag for tag, ack in flits if not ack]
+    assert state["credits"] == depth and not state["overflow"]

@@ -235,7 +235,7 @@ class MeshStop(wiring.Component):
     ``data[MESH_STOP_ACK]`` set, the count in ``data[0:16]``) once it reaches
     ``i_ack_flits`` or when a message's last flit arrives.  Sources with
     counts due take turns, round robin.  An ACK to this stop is counted as it
-    passes the tap and then goes on into the shire, whose crossbar drops it.
+    passes the tap; the :class:`ShirePort` then drops it.
     With ``i_window_flits`` 0 nothing is counted and no ACK is sent.
 
     Parameters
@@ -359,7 +359,8 @@ class ShirePort(wiring.Component):
     minion cycles -> :class:`~hdl.common.cdc.LinkCdc` -> :class:`MeshStop`
     -> ``o_up``; down the mirror image, the mesh stop tapping the flits as
     they leave the router.  The stop's ACKs join the response channel at the
-    crossing's mesh-clock end.
+    crossing's mesh-clock end; an ACK arriving for this stop ends at the
+    tap, its response credit going straight back to the router.
 
     Parameters
     ----------
@@ -429,7 +430,17 @@ class ShirePort(wiring.Component):
         wiring.connect(m, stop.o_up, wiring.flipped(self.o_up))
         wiring.connect(m, stop.o, up.i_inject)
         m.d.comb += [stop.i_arrive_valid.eq(self.i_down.valid), stop.i_arrive.eq(self.i_down.flit)]
-        wiring.connect(m, wiring.flipped(self.i_down), down.i)
+        # The stop's ACKs end here, counted: they take no place in the
+        # crossing or the shire.  Each returns its response credit to the
+        # router at once; when the crossing returns one in the same cycle, one
+        # of the two waits in ``late`` (one credit a cycle goes back).
+        drop = self.i_down.valid & is_mesh_stop_ack(self.i_down.flit)
+        late = Signal(range(depth + 1))
+        back = down.i.credit[VC.RSP] | drop | (late != 0)
+        m.d.comb += [down.i.valid.eq(self.i_down.valid & ~drop), down.i.flit.eq(self.i_down.flit),
+                     self.i_down.credit[VC.REQ].eq(down.i.credit[VC.REQ]),
+                     self.i_down.credit[VC.RSP].eq(back)]
+        m.d.mesh += late.eq(late + down.i.credit[VC.RSP] + drop - back)
         wiring.connect(m, down.o, down_pipe.i)
         wiring.connect(m, down_pipe.o, wiring.flipped(self.o_down))
         return m

@@ -164,8 +164,7 @@ class Shire(wiring.Component):
         Flits from the mesh.
     o_overflow : Out(1)
         Sticky: some buffer overflowed (credit protocol broken), or the
-        barrier unit or the crossbar's sink for the mesh stops' ACKs was sent
-        a flit it does not handle.
+        barrier unit was sent a flit it does not handle.
     i_send_cycles, i_recv_cycles : In(8)
         Engine latencies, to every engine (see :class:`MinionEngine`).
     i_tree_cycles : In(8)
@@ -298,13 +297,11 @@ class Shire(wiring.Component):
         def xbar_route(m, flit, i):
             here = flit.dst[5:10] == self.i_shire
             nb_of = flit.dst[:5] // mpn if nbs > 1 else 0
-            return Mux(here, Mux(is_barrier_unit_flit(flit), nbs + 1,
-                                 Mux(is_mesh_stop_ack(flit), nbs + 2, nb_of)), nbs)
+            return Mux(here, Mux(is_barrier_unit_flit(flit), nbs + 1, nb_of), nbs)
 
-        # crossbar ports: 0..nbs-1 neighbourhoods, nbs the mesh, nbs+1 the barrier
-        # unit; output nbs+2 takes the mesh stops' ACKs
-        xbar = CreditSwitch(flit_layout=layout, n_in=nbs + 2, n_out=nbs + 3, route=xbar_route,
-                            depth=depth, out_credits=(xdepth,) * nbs + (depth,) * 3)
+        # crossbar ports: 0..nbs-1 neighbourhoods, nbs the mesh, nbs+1 the barrier unit
+        xbar = CreditSwitch(flit_layout=layout, n_in=nbs + 2, n_out=nbs + 2, route=xbar_route,
+                            depth=depth, out_credits=(xdepth,) * nbs + (depth,) * 2)
         m.submodules.xbar = xbar
         overflow.append(xbar.o_overflow)
         for nb, switch in enumerate(xbar_pipes):
@@ -317,16 +314,7 @@ class Shire(wiring.Component):
             wiring.connect(m, down.o, switch.i[mpn])
         wiring.connect(m, xbar.o[nbs], wiring.flipped(self.o_mesh))
         wiring.connect(m, wiring.flipped(self.i_mesh), xbar.i[nbs])
-        # The mesh stops' ACKs have been counted where they left the mesh
-        # (hdl.etsoc.mesh.MeshStop); here they end.
         stray = Signal()
-        stop_sink = VcInputBuffer(flit_layout=layout, depth=depth)
-        m.submodules.stop_sink = stop_sink
-        wiring.connect(m, xbar.o[nbs + 2], stop_sink.i)
-        m.d.comb += [stop_sink.o[VC.RSP].ready.eq(1), stop_sink.o[VC.REQ].ready.eq(1)]
-        with m.If(stop_sink.o[VC.REQ].valid):
-            m.d.sync += stray.eq(1)
-        overflow.append(stop_sink.o_overflow)
         barrier = ShireBarrier(flit_layout=layout)
         m.submodules.barrier = barrier
         m.d.comb += barrier.i_shire.eq(self.i_shire)
