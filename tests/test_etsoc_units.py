@@ -719,24 +719,24 @@ def test_a_window_switched_on_after_running_without_one_holds_exactly():
     assert _mesh_stop_run(9, off_first=37)[-1] == 9
 
 
-def test_the_mesh_stop_acknowledges_each_source_shire_by_count_and_at_a_last_flit():
-    """Request flits from shires 3 and 5 interleave; with an ACK per 2 flits
-    each shire gets ACKs of 2, then 1 for the odd flit closing its message.
-    Response flits are not counted; the stop is idle once all have gone."""
+def _mesh_stop_acks(arrivals, window, ack_flits, cycles, busy_at=None):
+    """Hand a :class:`~hdl.etsoc.mesh.MeshStop` of shire 7 the flits
+    ``arrivals`` (``(source shire, VC, last)``), one a cycle, and return the
+    ACKs it sends as ``(destination shire, count)``, each checked to be an
+    ACK flit from shire 7 on the response channel.  The stop must be busy at
+    cycle ``busy_at`` and idle after ``cycles``."""
     from hdl.etsoc.mesh import MeshStop
     from hdl.etsoc.shire import MESH_STOP_ACK
 
     stop = MeshStop(flit_layout=LAYOUT, credits=4)
-    # (source shire, VC, last): 3 flits from each, a response flit between
-    arrivals = [(3, 0, 0), (5, 0, 0), (3, 1, 1), (3, 0, 0), (5, 0, 0), (3, 0, 1), (5, 0, 1)]
     got = []
 
     async def bench(ctx):
         ctx.set(stop.i_shire, 7)
-        ctx.set(stop.i_window_flits, 51)
-        ctx.set(stop.i_ack_flits, 2)
+        ctx.set(stop.i_window_flits, window)
+        ctx.set(stop.i_ack_flits, ack_flits)
         ctx.set(stop.o.ready, 1)
-        for cycle in range(40):
+        for cycle in range(cycles):
             shire, vc, last = arrivals[cycle] if cycle < len(arrivals) else (0, 0, 0)
             ctx.set(stop.i_arrive_valid, cycle < len(arrivals))
             ctx.set(stop.i_arrive.src, shire << 5 | 9)
@@ -750,7 +750,7 @@ def test_the_mesh_stop_acknowledges_each_source_shire_by_count_and_at_a_last_fli
                 assert ctx.get(flit.kind) == MsgKind.ACK and ctx.get(flit.vc) == 1
                 assert data >> MESH_STOP_ACK & 1 and ctx.get(flit.src) == 7 << 5
                 got.append((ctx.get(flit.dst) >> 5, data & 0xFFFF))
-            if cycle == 5:
+            if cycle == busy_at:
                 assert not ctx.get(stop.o_idle)
             await ctx.tick()
         assert ctx.get(stop.o_idle)
@@ -759,6 +759,16 @@ def test_the_mesh_stop_acknowledges_each_source_shire_by_count_and_at_a_last_fli
     sim.add_clock(1e-9)
     sim.add_testbench(bench)
     sim.run()
+    return got
+
+
+def test_the_mesh_stop_acknowledges_each_source_shire_by_count_and_at_a_last_flit():
+    """Request flits from shires 3 and 5 interleave; with an ACK per 2 flits
+    each shire gets ACKs of 2, then 1 for the odd flit closing its message.
+    Response flits are not counted; the stop is idle once all have gone."""
+    # (source shire, VC, last): 3 flits from each, a response flit between
+    arrivals = [(3, 0, 0), (5, 0, 0), (3, 1, 1), (3, 0, 0), (5, 0, 0), (3, 0, 1), (5, 0, 1)]
+    got = _mesh_stop_acks(arrivals, window=51, ack_flits=2, cycles=40, busy_at=5)
     assert sorted(got) == [(3, 1), (3, 2), (5, 1), (5, 2)], got
 
 
@@ -766,32 +776,7 @@ def test_a_count_as_large_as_the_largest_window_goes_back_in_one_ack():
     """With the largest window and ACK spacing (255 flits) the 255 request
     flits of one source shire come back as a single ACK of 255: a stop's
     count per source holds every flit a source may have on the mesh."""
-    from hdl.etsoc.mesh import MeshStop
-    from hdl.etsoc.shire import MESH_STOP_ACK
-
-    stop = MeshStop(flit_layout=LAYOUT, credits=4)
-    got = []
-
-    async def bench(ctx):
-        ctx.set(stop.i_shire, 7)
-        ctx.set(stop.i_window_flits, 255)
-        ctx.set(stop.i_ack_flits, 255)
-        ctx.set(stop.o.ready, 1)
-        ctx.set(stop.i_arrive.src, 3 << 5)
-        ctx.set(stop.i_arrive.kind, MsgKind.DATA)
-        for cycle in range(265):
-            ctx.set(stop.i_arrive_valid, cycle < 255)
-            await ctx.delay(1e-10)
-            if ctx.get(stop.o.valid):
-                got.append((ctx.get(stop.o.payload.dst) >> 5,
-                            ctx.get(stop.o.payload.data) & ~(1 << MESH_STOP_ACK)))
-            await ctx.tick()
-        assert ctx.get(stop.o_idle)
-
-    sim = Simulator(stop)
-    sim.add_clock(1e-9)
-    sim.add_testbench(bench)
-    sim.run()
+    got = _mesh_stop_acks([(3, 0, 0)] * 255, window=255, ack_flits=255, cycles=265)
     assert got == [(3, 255)], got
 
 
