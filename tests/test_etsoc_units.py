@@ -719,12 +719,13 @@ def test_a_window_switched_on_after_running_without_one_holds_exactly():
     assert _mesh_stop_run(9, off_first=37)[-1] == 9
 
 
-def _mesh_stop_acks(arrivals, window, ack_flits, cycles, busy_at=None):
+def _mesh_stop_acks(arrivals, window, ack_flits, cycles, busy_at=None, ready=True):
     """Hand a :class:`~hdl.etsoc.mesh.MeshStop` of shire 7 the flits
     ``arrivals`` (``(source shire, VC, last)``), one a cycle, and return the
     ACKs it sends as ``(destination shire, count)``, each checked to be an
-    ACK flit from shire 7 on the response channel.  The stop must be busy at
-    cycle ``busy_at`` and idle after ``cycles``."""
+    ACK flit from shire 7 on the response channel, and its ``o_error``.  The
+    stop must be busy at cycle ``busy_at`` and, when the ACKs can leave
+    (``ready``), idle after ``cycles``."""
     from hdl.etsoc.mesh import MeshStop
     from hdl.etsoc.shire import MESH_STOP_ACK
 
@@ -735,7 +736,7 @@ def _mesh_stop_acks(arrivals, window, ack_flits, cycles, busy_at=None):
         ctx.set(stop.i_shire, 7)
         ctx.set(stop.i_window_flits, window)
         ctx.set(stop.i_ack_flits, ack_flits)
-        ctx.set(stop.o.ready, 1)
+        ctx.set(stop.o.ready, ready)
         for cycle in range(cycles):
             shire, vc, last = arrivals[cycle] if cycle < len(arrivals) else (0, 0, 0)
             ctx.set(stop.i_arrive_valid, cycle < len(arrivals))
@@ -744,7 +745,7 @@ def _mesh_stop_acks(arrivals, window, ack_flits, cycles, busy_at=None):
             ctx.set(stop.i_arrive.kind, MsgKind.READY if vc else MsgKind.DATA)
             ctx.set(stop.i_arrive.last, last)
             await ctx.delay(1e-10)
-            if ctx.get(stop.o.valid):
+            if ctx.get(stop.o.valid) and ready:
                 flit = stop.o.payload
                 data = ctx.get(flit.data)
                 assert ctx.get(flit.kind) == MsgKind.ACK and ctx.get(flit.vc) == 1
@@ -753,13 +754,14 @@ def _mesh_stop_acks(arrivals, window, ack_flits, cycles, busy_at=None):
             if cycle == busy_at:
                 assert not ctx.get(stop.o_idle)
             await ctx.tick()
-        assert ctx.get(stop.o_idle)
+        assert ctx.get(stop.o_idle) or not ready
+        got.append(ctx.get(stop.o_error))
 
     sim = Simulator(stop)
     sim.add_clock(1e-9)
     sim.add_testbench(bench)
     sim.run()
-    return got
+    return got[:-1], got[-1]
 
 
 def test_the_mesh_stop_acknowledges_each_source_shire_by_count_and_at_a_last_flit():
@@ -768,23 +770,31 @@ def test_the_mesh_stop_acknowledges_each_source_shire_by_count_and_at_a_last_fli
     Response flits are not counted; the stop is idle once all have gone."""
     # (source shire, VC, last): 3 flits from each, a response flit between
     arrivals = [(3, 0, 0), (5, 0, 0), (3, 1, 1), (3, 0, 0), (5, 0, 0), (3, 0, 1), (5, 0, 1)]
-    got = _mesh_stop_acks(arrivals, window=51, ack_flits=2, cycles=40, busy_at=5)
+    got, error = _mesh_stop_acks(arrivals, window=51, ack_flits=2, cycles=40, busy_at=5)
     assert sorted(got) == [(3, 1), (3, 2), (5, 1), (5, 2)], got
+    assert not error
 
 
 def test_a_count_as_large_as_the_largest_window_goes_back_in_one_ack():
     """With the largest window and ACK spacing (255 flits) the 255 request
     flits of one source shire come back as a single ACK of 255: a stop's
-    count per source holds every flit a source may have on the mesh."""
-    got = _mesh_stop_acks([(3, 0, 0)] * 255, window=255, ack_flits=255, cycles=265)
-    assert got == [(3, 255)], got
+    count per source holds every flit a source may have on the mesh.  One
+    flit more, with the ACK held up, is an error rather than a count that
+    wraps."""
+    got, error = _mesh_stop_acks([(3, 0, 0)] * 255, window=255, ack_flits=255, cycles=265)
+    assert got == [(3, 255)] and not error, got
+    got, error = _mesh_stop_acks([(3, 0, 0)] * 256, window=255, ack_flits=255, cycles=265,
+                                 ready=False)
+    assert error
 
 
 def test_a_shire_port_ends_its_stop_s_acks_and_returns_every_credit():
-    """The router hands a shire port response flits, every third an ACK for
-    its mesh stop, as fast as its 3 credits allow: the other flits reach the
-    shire in order, no ACK does, and every credit comes back, none twice
-    (some ACKs are dropped in the cycle the crossing returns a credit)."""
+    """The router hands a shire port request and response flits, the response
+    flits in pairs of READYs and pairs of ACKs for its mesh stop, as fast as
+    its 3 credits per VC allow: the other flits reach the shire in order, no
+    ACK does, and every credit of each VC comes back, none twice (ACKs in a
+    row are dropped while the crossing returns credits, so up to two
+    credits wait for the link)."""
     from amaranth import ClockDomain
 
     from hdl.common.flit import VC
@@ -795,33 +805,38 @@ def test_a_shire_port_ends_its_stop_s_acks_and_returns_every_credit():
     m = Module()
     m.domains.mesh = ClockDomain("mesh")
     m.submodules.port = port = ShirePort(flit_layout=LAYOUT, depth=depth)
-    flits = [(k, k % 3 == 2) for k in range(60)]      # (tag, is an ACK for the stop)
-    got, state = [], {"credits": depth, "sent": 0}
+    # (tag, VC, is an ACK for the stop)
+    flits = [(k, VC.REQ if k % 5 == 0 else VC.RSP, k % 5 != 0 and k % 4 >= 2) for k in range(80)]
+    got, state = [], {"credits": [depth, depth], "sent": 0}
 
     async def router(ctx):
-        for _ in range(600):
-            send = state["sent"] < len(flits) and state["credits"] > 0
+        for _ in range(800):
+            send = False
+            if state["sent"] < len(flits):
+                tag, vc, ack = flits[state["sent"]]
+                send = state["credits"][vc] > 0
             ctx.set(port.i_down.valid, send)
             if send:
-                tag, ack = flits[state["sent"]]
-                ctx.set(port.i_down.flit.vc, VC.RSP)
-                ctx.set(port.i_down.flit.kind, MsgKind.ACK if ack else MsgKind.READY)
+                ctx.set(port.i_down.flit.vc, vc)
+                kind = MsgKind.ACK if ack else MsgKind.DATA if vc == VC.REQ else MsgKind.READY
+                ctx.set(port.i_down.flit.kind, kind)
                 ctx.set(port.i_down.flit.data, tag | (ack << MESH_STOP_ACK))
             await ctx.delay(1e-12)
             back = ctx.get(port.i_down.credit)
-            assert back >> VC.REQ & 1 == 0, "a request credit came back for no request flit"
-            state["credits"] += (back >> VC.RSP & 1) - send
+            for v in (VC.REQ, VC.RSP):
+                state["credits"][v] += (back >> v & 1) - (send and vc == v)
+                assert 0 <= state["credits"][v] <= depth, state
             state["sent"] += send
-            assert 0 <= state["credits"] <= depth, state
             await ctx.tick("mesh")
 
     async def shire(ctx):
         took = 0
-        for _ in range(900):
-            ctx.set(port.o_down.credit, took << VC.RSP)
+        for _ in range(1200):
+            ctx.set(port.o_down.credit, took)
             await ctx.delay(1e-12)
-            took = ctx.get(port.o_down.valid)
-            if took:
+            took = 0
+            if ctx.get(port.o_down.valid):
+                took = 1 << ctx.get(port.o_down.flit.vc)
                 got.append(ctx.get(port.o_down.flit.data))
             await ctx.tick()
         state["overflow"] = ctx.get(port.o_overflow)
@@ -833,5 +848,5 @@ def test_a_shire_port_ends_its_stop_s_acks_and_returns_every_credit():
     sim.add_testbench(shire)
     sim.run()
     assert state["sent"] == len(flits)
-    assert got == [tag for tag, ack in flits if not ack]
-    assert state["credits"] == depth and not state["overflow"]
+    assert got == [tag for tag, _, ack in flits if not ack]
+    assert state["credits"] == [depth, depth] and not state["overflow"]

@@ -270,7 +270,9 @@ class MeshStop(wiring.Component):
     o_idle : Out(1)
         Nothing in flight and no count owed (registered).
     o_error : Out(1)
-        Sticky: an ACK counted more flits than were in flight.
+        Sticky: an ACK counted more flits than were in flight, or a count
+        owed to a source shire outgrew its counter (only possible when stops'
+        windows differ or one changed while flits were on the mesh).
 
     Raises
     ------
@@ -319,10 +321,12 @@ class MeshStop(wiring.Component):
         took = arriving & (arrive.vc == VC.REQ)
         source = arrive.src[5:10]
         # A source's count never exceeds its flits in flight, which with its
-        # upstream's credits stay within max(i_window_flits, credits): 8 bits
-        # each for the 8-bit window and up to 255 credits.
-        owed = Array(Signal(range(max(256, self.credits + 1)), name=f"owed{s}")
-                     for s in range(32))
+        # upstream's credits stay within max(i_window_flits, credits), as long
+        # as every stop has the same window and it changes only while the mesh
+        # is quiet: 8 bits for the 8-bit window, wider only for more credits.
+        # A count that would wrap all the same is an error.
+        most = max(255, self.credits)
+        owed = Array(Signal(range(most + 1), name=f"owed{s}") for s in range(32))
         flush = Signal(32)
         m.submodules.pick = pick = RoundRobin(32)
         for s in range(32):
@@ -339,6 +343,8 @@ class MeshStop(wiring.Component):
             mine = took & (source == s)
             gone = acked_out & (to == s)
             m.d.sync += owed[s].eq(Mux(gone, 0, owed[s]) + mine)
+            with m.If(mine & ~gone & (owed[s] == most)):
+                m.d.sync += self.o_error.eq(1)
             with m.If(mine & arrive.last):
                 m.d.sync += flush[s].eq(1)
             with m.Elif(gone):
@@ -392,7 +398,8 @@ class ShirePort(wiring.Component):
         into the minion clock).
     o_overflow : Out(1)
         Sticky: a buffer overflowed (credit protocol broken), or the mesh
-        stop was acknowledged more flits than it sent.
+        stop was acknowledged more flits than it sent or counted more than
+        it can hold (:class:`MeshStop` ``o_error``).
     """
 
     def __init__(self, *, flit_layout, depth):
@@ -433,8 +440,10 @@ class ShirePort(wiring.Component):
         # The stop's ACKs end here, counted: they take no place in the
         # crossing or the shire.  Each returns its response credit to the
         # router at once; when the crossing returns one in the same cycle, one
-        # of the two waits in ``late`` (one credit a cycle goes back).
-        drop = self.i_down.valid & is_mesh_stop_ack(self.i_down.flit)
+        # of the two waits in ``late`` (one credit a cycle goes back).  The
+        # router holds ``depth`` response credits, so at most that many wait.
+        drop = self.i_down.valid & (self.i_down.flit.vc == VC.RSP) & is_mesh_stop_ack(
+            self.i_down.flit)
         late = Signal(range(depth + 1))
         back = down.i.credit[VC.RSP] | drop | (late != 0)
         m.d.comb += [down.i.valid.eq(self.i_down.valid & ~drop), down.i.flit.eq(self.i_down.flit),
