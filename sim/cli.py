@@ -305,6 +305,8 @@ def plan_job(fabric, name, items=()):
     exp = fab.module.EXPERIMENTS[name]
     explicit = {item.partition("=")[0] for item in items}
     try:
+        if hasattr(fab.module, "check_overrides"):
+            fab.module.check_overrides(cfg, exp, explicit)
         parts = (fab.module.build_parts(cfg, exp, explicit)
                  if hasattr(fab.module, "build_parts") else [(None, cfg)])
     except ValueError as error:
@@ -317,6 +319,11 @@ def plan_job(fabric, name, items=()):
         except ValueError as error:
             raise UsageError(f"{fabric}.{name} ({part} build): {error}" if part
                              else str(error)) from None
+    for part, _, runs in built:
+        if not runs:
+            where = f" ({part} build)" if part else ""
+            raise UsageError(f"{fabric}.{name}{where}: this configuration leaves the experiment "
+                             f"nothing to run; fields set: {', '.join(sorted(explicit)) or 'none'}")
     return Job(fabric, name, tuple(built))
 
 

@@ -36,11 +36,30 @@ CASES = [
                                                 "not 'nvlink'"),
     ("sweep-bad-grid-field", ["sweep", "dsm.one_way", "--grid", "nosuch=1,2"],
      "--grid field must be one of"),
-    ("sweep-bad-point", ["sweep", "dsm.one_way", "--grid", "cluster_size=2,0"],
-     "sweep point cluster_size=0: cluster_size must be"),
-    ("sweep-bad-engine", ["sweep", "dsm.one_way", "--grid", "cluster_size=2",
+    ("sweep-bad-point", ["sweep", "dsm.one_way", "--grid", "ack_threshold_flits=40,0"],
+     "sweep point ack_threshold_flits=0: ack_threshold_flits must be"),
+    ("sweep-field-the-experiment-sets", ["sweep", "dsm.ring", "--grid", "cluster_size=2,4"],
+     "sweep point cluster_size=2: cluster_size is set by each series of dsm.ring (2, 4, 8, "
+     "16 ranks)"),
+    ("sweep-bad-engine", ["sweep", "dsm.one_way", "--grid", "ack_threshold_flits=40",
                           "--engine", "slurm"], "argument --engine: invalid choice: 'slurm'"),
     # --- Hopper DSM (seed 000) -----------------------------------------------------
+    # fields an experiment sets itself: a --set of them would have no effect
+    ("dsm-cluster-size-set-by-series", ["run", "dsm.one_way", "--set", "cluster_size=1"],
+     "cluster_size is set by each series of dsm.one_way (2 ranks); set it only with a "
+     "placement of that many slots, not 1 alone"),
+    ("dsm-placement-fits-no-series", ["run", "dsm.one_way", "--set", "cluster_size=3",
+                                      "--set", "placement=5,7,9"],
+     "placement must name as many slots as one of dsm.one_way's cluster sizes (2), not 3"),
+    ("dsm-placement-of-isolated-pairs", ["run", "dsm.isolated_pairs", "--set", "cluster_size=2",
+                                         "--set", "placement=0,5"],
+     "placement is set by dsm.isolated_pairs itself"),
+    ("dsm-payload-fixed", ["run", "dsm.topology", "--set", "payload_kib=16,32"],
+     "payload_kib is fixed by dsm.topology (64 KiB per active SM)"),
+    ("dsm-planes-set-by-series", ["run", "dsm.plane_off", "--set", "gx_planes=gx0"],
+     "gx_planes is set by each series of dsm.plane_off"),
+    ("dsm-watchdog-range", ["run", "dsm.one_way", "--set", "watchdog_cycles=99999999999999999999"],
+     "watchdog_cycles must be an integer from 1 to 1073741824"),
     ("dsm-wrong-type", ["run", "dsm.one_way", "--set", "cluster_size=two"],
      "cluster_size must be an integer"),
     ("dsm-cluster-range", ["run", "dsm.one_way", "--set", "cluster_size=0"],
@@ -101,6 +120,12 @@ CASES = [
      "smem_bytes must hold the 131072 B run stride1@64KiB puts on SM slot 1"),
     ("mesh-shires-on-a-one-shire-build", ["run", "mesh.barrier", "--set", "compute_shires=4"],
      "compute_shires=4 does not fit mesh.barrier's build (mesh_cols=1, mesh_rows=1,"),
+    ("mesh-barrier-of-one-minion", ["run", "mesh.barrier", "--set", "neighbourhoods=1",
+                                    "--set", "minions_per_neighbourhood=1"],
+     "neighbourhoods x minions_per_neighbourhood must be at least 2 for a barrier"),
+    ("mesh-no-route-through-a-non-compute-cell", ["run", "mesh.non_compute", "--set",
+                                                  "compute_shires=2"],
+     "placement must route some pair of compute shires through a non-compute cell"),
     ("mesh-too-many-shires", ["run", "mesh.round_trip", "--set", "compute_shires=40"],
      "compute_shires must be an integer from 1 to 32, not 40"),
     ("mesh-neighbourhoods", ["run", "mesh.round_trip", "--set", "neighbourhoods=3"],
@@ -199,8 +224,8 @@ def test_sweep_results_that_cannot_be_written(tmp_path, capsys, blocked):
     """A sweep whose table cannot be written (``results/sweep`` a file, or one
     of its output files a folder) is refused before any point is simulated."""
     results = _blocked_results(tmp_path, blocked)
-    status, err = _run(tmp_path, capsys, ["sweep", "dsm.one_way", "--grid", "cluster_size=2,3"],
-                       results=results)
+    status, err = _run(tmp_path, capsys, ["sweep", "dsm.one_way", "--grid",
+                                          "ack_threshold_flits=40,20"], results=results)
     _assert_refused(status, err, "--results must ")
     assert str(results / blocked) in err and not (tmp_path / "build" / "runs").exists()
 
@@ -286,3 +311,34 @@ def test_piped_run_logs_its_progress(tmp_path, capsys, monkeypatch):
     status, err = _run(tmp_path, capsys, ["run", "dsm.one_way"])
     assert status == 1
     assert "0/1 experiments done (verilator, " in err
+
+
+@pytest.mark.parametrize("name,items,ranks", [
+    ("one_way", ["cluster_size=2", "placement=0,5"], {"load": [0, 5]}),
+    ("ring", ["cluster_size=4", "placement=0,6,12,1"],
+     {"ring2": [0, 1], "ring4": [0, 6, 12, 1], "ring8": list(range(8))}),
+])
+def test_a_placement_for_one_of_an_experiment_s_cluster_sizes_is_used(name, items, ranks):
+    """``cluster_size`` with a ``placement`` of as many slots places the series
+    of that size; the others keep the default placement."""
+    from sim.cli import plan_job
+
+    (_, _, runs), = plan_job("dsm", name, items).parts
+    got = {r["series"]: r["ranks"] for r in runs}
+    assert {k: got[k] for k in ranks} == ranks
+
+
+def test_an_experiment_left_nothing_to_run_is_refused(tmp_path, capsys, monkeypatch):
+    """A configuration under which an experiment plans no run at all is
+    refused before anything is built, not run into an empty result."""
+    import dataclasses
+
+    from sim.experiments import mesh
+
+    exp = mesh.EXPERIMENTS["three_speeds"]
+    monkeypatch.setitem(mesh.EXPERIMENTS, "three_speeds",
+                        dataclasses.replace(exp, runs=lambda cfg: iter(())))
+    status, err = _run(tmp_path, capsys, ["run", "mesh.three_speeds", "--set", "ack_flits=1"])
+    _assert_refused(status, err, "mesh.three_speeds: this configuration leaves the experiment "
+                                 "nothing to run; fields set: ack_flits")
+    assert not (tmp_path / "build").exists() and not (tmp_path / "results").exists()

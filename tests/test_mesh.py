@@ -272,3 +272,21 @@ def test_bad_tree_or_flows_are_refused_before_any_build():
         MeshConfig(send_window_flits=300)
     with pytest.raises(ValueError, match="placement must be 2 \\(x, y\\) cells"):
         MeshConfig(compute_shires=2, placement=((0, 0),))
+
+
+def test_a_barrier_over_fewer_than_32_minions_is_reported_for_information():
+    """A what-if shire of fewer than 32 minions cannot give the seed's 32-minion
+    barrier; its largest barrier is a row for information, not a miss."""
+    def run(n, first, last):
+        names = [f"m{k}" for k in range(n)]
+        return ({"programs": [{"minions": n, "exchanges": 8}],
+                 "read": [f"{name}.{field}" for name in names for field in ("first_rx", "last_rx")]},
+                {"counters": {f"{name}.{field}": value for name in names
+                              for field, value in (("first_rx", first), ("last_rx", last))}})
+    runs, measured = zip(run(2, 100, 800), run(4, 100, 1500))
+    _, rows, extra = mesh._barrier_rows(None, runs, measured)
+    assert rows == [{"quantity": "FLB plus credit barrier over 4 minions (this build)",
+                     "model": 200.0, "reference": None, "unit": "cycles", "target": "information",
+                     "source": "not in the seed: the seed's barrier spans 32 minions"}]
+    assert row_met(rows[0]) is None
+    assert [p["cycles"] for p in extra["barrier_points"]] == [100.0, 200.0]

@@ -117,6 +117,7 @@ class DsmConfig(ConfigBase):
              "an integer from 1 to 65535")
         need("ack_threshold_flits", self.ack_threshold_flits <= 65535, "an integer from 1 to 65535")
         need("request_queue_flits", self.request_queue_flits <= 256, "an integer from 1 to 256")
+        need("watchdog_cycles", self.watchdog_cycles <= 1 << 30, "an integer from 1 to 1073741824")
         need("read_turnaround_cycles", isinstance(self.read_turnaround_cycles, int)
              and 0 <= self.read_turnaround_cycles <= 255, "an integer from 0 to 255")
         for name in ("read_response_bytes", "store_packet_bytes", "tma_command_bytes"):

@@ -20,8 +20,8 @@ from sim import stall
 from sim.experiments import load_reference
 from sim.fit import error_pct, fit_affine
 
-__all__ = ["Stream", "ExperimentError", "EXPERIMENTS", "build_runs", "reference",
-           "check_run", "analyse"]
+__all__ = ["Stream", "ExperimentError", "EXPERIMENTS", "build_runs", "check_overrides",
+           "reference", "check_run", "analyse"]
 
 GRANULE = 16
 KINDS = {"load": TrafficKind.LOAD, "store": TrafficKind.STORE, "tma": TrafficKind.TMA}
@@ -463,6 +463,44 @@ def _series_cfg(cfg, experiment, series):
     if experiment.name == "isolated_pairs":
         placement = tuple(int(x) for x in series.name.split("->"))
     return dataclasses.replace(cfg, cluster_size=size, placement=placement)
+
+
+def check_overrides(cfg: DsmConfig, experiment: Experiment, explicit=()):
+    """Refuse a ``--set`` of a field that ``experiment`` sets itself, which
+    would otherwise be recorded in the result but have no effect.
+
+    ``explicit`` holds the names of the fields the user set.  Each series sets
+    its own cluster size, so ``cluster_size`` may only size a ``placement``
+    for one of the experiment's cluster sizes; a ``placement`` must fit one of
+    them (and ``isolated_pairs`` places each pair itself); ``payload_kib`` and
+    ``gx_planes`` cannot be set where every series fixes them.
+
+    Raises
+    ------
+    ValueError
+        Naming the field, what the experiment sets it to and the value given.
+    """
+    name = f"dsm.{experiment.name}"
+    sizes = sorted({s.cluster_size for s in experiment.series})
+    allowed = ", ".join(map(str, sizes))
+    if "placement" in explicit and cfg.placement:
+        if experiment.name == "isolated_pairs":
+            raise ValueError(f"placement is set by {name} itself (each series is one source/"
+                             f"target pair); leave it unset, not {','.join(map(str, cfg.placement))}")
+        if len(cfg.placement) not in sizes:
+            raise ValueError(f"placement must name as many slots as one of {name}'s cluster "
+                             f"sizes ({allowed}), not {len(cfg.placement)}")
+    if "cluster_size" in explicit and not ("placement" in explicit and cfg.placement):
+        raise ValueError(f"cluster_size is set by each series of {name} ({allowed} ranks); "
+                         f"set it only with a placement of that many slots, not "
+                         f"{cfg.cluster_size} alone")
+    if "payload_kib" in explicit and all(s.payload_kib for s in experiment.series):
+        fixed = sorted({k for s in experiment.series for k in s.payload_kib})
+        raise ValueError(f"payload_kib is fixed by {name} "
+                         f"({', '.join(map(str, fixed))} KiB per active SM); leave it unset")
+    if "gx_planes" in explicit and all(s.plane_enable is not None for s in experiment.series):
+        raise ValueError(f"gx_planes is set by each series of {name} (GX1 off, then GX0 off); "
+                         "leave it unset")
 
 
 def build_runs(cfg: DsmConfig, experiment: Experiment):
