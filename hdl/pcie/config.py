@@ -240,14 +240,15 @@ class PcieConfig(ConfigBase):
                  and chunk in {1 << k for k in range(12, 26)},
                  "a power of two from 4096 to 33554432 (32 MiB: a staged copy of four "
                  "chunks stays under 256 MiB)")
+        integer("watchdog_cycles", 101, 1 << 30)
         integer("host_event_cycles", 0, 1 << 20)
         need("host_event_cycles", self.host_event_cycles * 2 + 100 < self.watchdog_cycles,
-             f"below (watchdog_cycles - 100) / 2 ({(self.watchdog_cycles - 100) // 2}): a "
-             "staged copy waits up to twice as long for an event with nothing moving")
+             f"below (watchdog_cycles - 100) / 2 ({(self.watchdog_cycles - 100) / 2:g} with "
+             f"watchdog_cycles {self.watchdog_cycles}): a staged copy waits up to twice as "
+             "long for an event with nothing moving")
         one_of("max_read_request_bytes", (128, 256, 512, 1024, 2048, 4096))
         need("max_read_request_bytes", self.max_read_request_bytes >= self.datapath_bytes,
              f"at least datapath_bytes ({self.datapath_bytes})")
-        integer("watchdog_cycles", 100, 1 << 30)
 
     # --- derived ----------------------------------------------------------------
     @property
