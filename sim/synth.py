@@ -494,16 +494,20 @@ def load_config_file(path):
     Raises
     ------
     UsageError
-        If the file cannot be read or parsed, or has a table that is not a
-        fabric's or a field its fabric's configuration does not have.
+        If the file cannot be read, is not UTF-8 or not TOML, or has a table
+        that is not a fabric's or a field its fabric's configuration does not
+        have.
     """
     from sim.cli import FABRICS, UsageError
 
     try:
-        data = tomllib.loads(Path(path).read_text())
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as error:
         raise UsageError(f"--config must be a readable TOML file, not {str(path)!r} "
                          f"({error.strerror or error})") from None
+    except UnicodeDecodeError as error:
+        raise UsageError(f"--config must be a TOML file in UTF-8, not {str(path)!r} "
+                         f"(byte {error.start}: {error.reason})") from None
     except tomllib.TOMLDecodeError as error:
         raise UsageError(f"--config {path}: not valid TOML ({error})") from None
     out = {}

@@ -129,6 +129,10 @@ def test_bad_synthesis_input_is_refused(tmp_path, capsys):
     assert main(base + ["shaper", "--config", str(bad)]) == 2
     assert (f"--config {bad}: [dsm] fields must be among " in (err := capsys.readouterr().err)
             and "not 'link_bufer_flits'" in err), err
+    bad.write_bytes("[dsm]\nflit_bytes = 16\n".encode("utf-16"))
+    assert main(base + ["shaper", "--config", str(bad)]) == 2
+    assert (f"--config must be a TOML file in UTF-8, not {str(bad)!r} (byte 0: invalid start "
+            "byte)" in capsys.readouterr().err)
     bad.write_text("[dsm\n")
     assert main(base + ["shaper", "--config", str(bad)]) == 2
     assert "not valid TOML" in capsys.readouterr().err
