@@ -431,6 +431,8 @@ def _load_experiment(path: Path) -> ExperimentResult:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise ctx.error("", f"invalid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    except UnicodeDecodeError as exc:
+        raise ctx.error("", f"not UTF-8 (byte {exc.start}: {exc.reason})") from None
     doc = ctx.obj(raw, "top level")
 
     fabric = ctx.string(doc, "fabric", "top level")

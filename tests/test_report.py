@@ -213,6 +213,10 @@ def test_invalid_json_keeps_previous_report(results):
     with pytest.raises(ValueError, match=r"broken\.json: invalid JSON"):
         write_report(results)
     assert (results / "report.md").read_text(encoding="utf-8") == before
+    (results / "dsm" / "broken.json").write_bytes('{"fabric": "dsm"}'.encode("utf-16"))
+    with pytest.raises(ValueError, match=r"broken\.json: not UTF-8 \(byte 0: invalid start byte\)"):
+        write_report(results)
+    assert (results / "report.md").read_text(encoding="utf-8") == before
 
 
 def test_missing_or_empty_results_dir(tmp_path):
