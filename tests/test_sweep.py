@@ -45,6 +45,14 @@ def test_two_spellings_of_one_value_are_refused():
         sweep.plan_sweep("pcie", "peer_copy", grid)
 
 
+def test_two_orders_of_the_same_planes_are_refused():
+    from hdl.hopper.config import DsmConfig
+    grid = sweep.parse_grid(DsmConfig, ["gx_planes=gx0,gx1;gx1,gx0"])
+    with pytest.raises(UsageError, match="sweep points gx_planes=gx0,gx1 and gx_planes=gx1,gx0 "
+                                         "are the same"):
+        sweep.plan_sweep("dsm", "one_way", grid)
+
+
 def test_grid_values_parse_in_order_without_repeats():
     assert sweep.parse_grid(PcieConfig, ["lanes=16,8,16", "generation=3,4"]) == \
         [("lanes", ["16", "8"]), ("generation", ["3", "4"])]

@@ -152,6 +152,8 @@ class DsmConfig(ConfigBase):
              "stall until the target's injection path idles")
         planes = self.plane_enable
         need("gx_planes", planes != 0, "one of 'gx0,gx1', 'gx0', 'gx1' (at least one plane on)")
+        # one spelling per setting, so "gx1,gx0" is the same configuration as "gx0,gx1"
+        object.__setattr__(self, "gx_planes", {3: "gx0,gx1", 1: "gx0", 2: "gx1"}[planes])
         object.__setattr__(self, "payload_kib", tuple(self.payload_kib))
         need("payload_kib", len(self.payload_kib) >= 2 and len(set(self.payload_kib)) >= 2,
              "at least two distinct sizes")
