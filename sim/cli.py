@@ -543,71 +543,74 @@ def _cmd_run(args):
     run_root = Path(args.build) / "runs" / args.sim
     builds = list(dict.fromkeys(b for job in jobs for b in job_verilog(job)))
     failed = False
-    with pool(args.jobs) as workers:
-        # Each distinct Verilog is generated once, the builds in parallel ...
-        with console.status(f"generating Verilog for {len(builds)} configuration"
-                            f"{'s' * (len(builds) != 1)} "
-                            f"(cached per configuration), {args.jobs} at a time"):
-            futures = {workers.submit(generate, f, hw, args.build): f for f, hw in builds}
-            for future in concurrent.futures.as_completed(futures):
-                try:
-                    path, seconds = future.result()
-                except Exception as error:   # noqa: BLE001 - each experiment reports it
-                    console.log(f"[red]{futures[future]} Verilog generation failed:[/red] "
-                                f"{type(error).__name__}: {error}")
-                    failed = True
-                    continue
-                console.log(f"{futures[future]} Verilog: {path} ({seconds:.0f} s)")
-        # ... then the experiments, as many at once as there are workers.
-        durations_path = run_root / DURATIONS_NAME
-        durations = {**TYPICAL_SECONDS, **_read_durations(durations_path)}
-        started = time.time()
-        futures = {workers.submit(execute_or_error, job, args.sim, args.build, run_root,
-                                  args.waves, True, args.fresh): job
-                   for job in longest_first(jobs, durations)}
-        pending = set(futures)
-
-        def progress():
-            running = [f"{futures[f].fabric}.{futures[f].name} "
-                       f"{runs_logged(futures[f], run_root, started)}/"
-                       f"{sum(n for _, n in job_run_folders(futures[f]))} runs"
-                       for f in futures if f in pending and f.running()]
-            # An experiment at 0 runs is building its simulator or starting (or is
-            # the one the process pool has queued next).
-            return (f"{len(jobs) - len(pending)}/{len(jobs)} experiments done ({args.sim}, "
-                    f"{args.jobs} at a time)" + ("; " + ", ".join(running) if running else ""))
-
-        # Piped output (a CI log, make report > log) gets no live status line,
-        # so the progress goes out as a log line once a minute (as well as the
-        # status line, when FORCE_COLOR makes rich draw that into the pipe).
-        tty = getattr(console.file, "isatty", lambda: False)()
-        last_logged = time.time()
-        with console.status(progress()) as status:
-            while pending:
-                finished, pending = concurrent.futures.wait(
-                    pending, timeout=2, return_when=concurrent.futures.FIRST_COMPLETED)
-                status.update(progress())
-                if not tty and time.time() - last_logged >= PIPED_PROGRESS_SECONDS:
-                    console.log(progress())
-                    last_logged = time.time()
-                for future in finished:
-                    job = futures[future]
-                    data, n_runs, seconds, reused, error = future.result()
-                    if error is not None:
-                        console.log(f"[red]{job.fabric}.{job.name} failed:[/red] {error}")
+    # nothing that came out (an interrupt, every experiment failed) leaves an
+    # empty results folder behind
+    try:
+        with pool(args.jobs) as workers:
+            # Each distinct Verilog is generated once, the builds in parallel ...
+            with console.status(f"generating Verilog for {len(builds)} configuration"
+                                f"{'s' * (len(builds) != 1)} "
+                                f"(cached per configuration), {args.jobs} at a time"):
+                futures = {workers.submit(generate, f, hw, args.build): f for f, hw in builds}
+                for future in concurrent.futures.as_completed(futures):
+                    try:
+                        path, seconds = future.result()
+                    except Exception as error:   # noqa: BLE001 - each experiment reports it
+                        console.log(f"[red]{futures[future]} Verilog generation failed:[/red] "
+                                    f"{type(error).__name__}: {error}")
                         failed = True
                         continue
-                    out = results_dir / job.fabric / f"{job.name}.json"
-                    write_json_atomically(out, data)
-                    if not reused:
-                        durations[f"{job.fabric}.{job.name}"] = round(seconds, 1)
-                        write_json_atomically(durations_path, durations)
-                    how = (f"simulation results reused ({reused} of {len(job.parts)} parts)"
-                           if reused else "simulated")
-                    console.log(f"{job.fabric}.{job.name}: {n_runs} runs in {seconds:.0f} s, "
-                                f"{how}, {_rows_met_text(data['rows'])} rows met -> {out}")
-    # nothing came out: leave no empty results folder
-    _remove_if_empty(new_fabric_dirs + ([results_dir] if new_results_dir else []))
+                    console.log(f"{futures[future]} Verilog: {path} ({seconds:.0f} s)")
+            # ... then the experiments, as many at once as there are workers.
+            durations_path = run_root / DURATIONS_NAME
+            durations = {**TYPICAL_SECONDS, **_read_durations(durations_path)}
+            started = time.time()
+            futures = {workers.submit(execute_or_error, job, args.sim, args.build, run_root,
+                                      args.waves, True, args.fresh): job
+                       for job in longest_first(jobs, durations)}
+            pending = set(futures)
+
+            def progress():
+                running = [f"{futures[f].fabric}.{futures[f].name} "
+                           f"{runs_logged(futures[f], run_root, started)}/"
+                           f"{sum(n for _, n in job_run_folders(futures[f]))} runs"
+                           for f in futures if f in pending and f.running()]
+                # An experiment at 0 runs is building its simulator or starting (or is
+                # the one the process pool has queued next).
+                return (f"{len(jobs) - len(pending)}/{len(jobs)} experiments done ({args.sim}, "
+                        f"{args.jobs} at a time)" + ("; " + ", ".join(running) if running else ""))
+
+            # Piped output (a CI log, make report > log) gets no live status line,
+            # so the progress goes out as a log line once a minute (as well as the
+            # status line, when FORCE_COLOR makes rich draw that into the pipe).
+            tty = getattr(console.file, "isatty", lambda: False)()
+            last_logged = time.time()
+            with console.status(progress()) as status:
+                while pending:
+                    finished, pending = concurrent.futures.wait(
+                        pending, timeout=2, return_when=concurrent.futures.FIRST_COMPLETED)
+                    status.update(progress())
+                    if not tty and time.time() - last_logged >= PIPED_PROGRESS_SECONDS:
+                        console.log(progress())
+                        last_logged = time.time()
+                    for future in finished:
+                        job = futures[future]
+                        data, n_runs, seconds, reused, error = future.result()
+                        if error is not None:
+                            console.log(f"[red]{job.fabric}.{job.name} failed:[/red] {error}")
+                            failed = True
+                            continue
+                        out = results_dir / job.fabric / f"{job.name}.json"
+                        write_json_atomically(out, data)
+                        if not reused:
+                            durations[f"{job.fabric}.{job.name}"] = round(seconds, 1)
+                            write_json_atomically(durations_path, durations)
+                        how = (f"simulation results reused ({reused} of {len(job.parts)} parts)"
+                               if reused else "simulated")
+                        console.log(f"{job.fabric}.{job.name}: {n_runs} runs in {seconds:.0f} s, "
+                                    f"{how}, {_rows_met_text(data['rows'])} rows met -> {out}")
+    finally:
+        _remove_if_empty(new_fabric_dirs + ([results_dir] if new_results_dir else []))
     return 1 if failed else 0
 
 
@@ -636,7 +639,6 @@ def _cmd_sweep(args):
         raise UsageError(str(error)) from None
     points = sweep.plan_sweep(fabric, name, grid, args.set)
     results_dir = Path(args.results)
-    _writable_folder(Path(args.build), "--build")
     run_root = Path(args.build) / "runs" / args.sim / "sweep" / f"{fabric}.{name}"
 
     def progress(done, total, point, error):
@@ -644,6 +646,8 @@ def _cmd_sweep(args):
         status = f"[red]failed:[/red] {error}" if error else "done"
         console.log(f"[{done}/{total}] {fabric}.{name} {where}: {status}")
     with sweep.outputs_checked(results_dir, f"{fabric}.{name}"):
+        # after the results folder: a refused sweep makes no build folder
+        _writable_folder(Path(args.build), "--build")
         console.log(f"{fabric}.{name}: {len(points)} point{'s' * (len(points) != 1)} on "
                     f"{args.engine}"
                     + (f" ({args.scheduler})" if args.scheduler else f", {args.jobs} at a time"))

@@ -227,7 +227,7 @@ def test_sweep_results_that_cannot_be_written(tmp_path, capsys, blocked):
     status, err = _run(tmp_path, capsys, ["sweep", "dsm.one_way", "--grid",
                                           "ack_threshold_flits=40,20"], results=results)
     _assert_refused(status, err, "--results must ")
-    assert str(results / blocked) in err and not (tmp_path / "build" / "runs").exists()
+    assert str(results / blocked) in err and not (tmp_path / "build").exists()
 
 
 def test_a_refused_build_folder_leaves_no_results_folder(tmp_path, capsys):
@@ -342,3 +342,16 @@ def test_an_experiment_left_nothing_to_run_is_refused(tmp_path, capsys, monkeypa
     _assert_refused(status, err, "mesh.three_speeds: this configuration leaves the experiment "
                                  "nothing to run; fields set: ack_flits")
     assert not (tmp_path / "build").exists() and not (tmp_path / "results").exists()
+
+
+def test_an_interrupted_run_leaves_no_empty_results_folder(tmp_path, capsys, monkeypatch):
+    """Ctrl-C before any result is written leaves no results folder it made."""
+    import sim.cli
+
+    def interrupt(jobs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(sim.cli, "pool", interrupt)
+    assert main(["--build", str(tmp_path / "build"), "--results", str(tmp_path / "results"),
+                 "run", "dsm.one_way"]) == 130
+    assert "fabricsim: interrupted" in capsys.readouterr().err
+    assert not (tmp_path / "results").exists()
