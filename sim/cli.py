@@ -29,7 +29,9 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["Job", "UsageError", "execute_job", "execute_or_error", "generate", "job_run_folders",
+from sim.experiments import SetByExperiment
+
+__all__ = ["FieldSetByExperiment", "Job", "UsageError", "execute_job", "execute_or_error", "generate", "job_run_folders",
            "job_verilog", "longest_first", "main", "parse_overrides", "plan_job", "pool",
            "resolve_names", "runs_logged", "write_json_atomically"]
 
@@ -38,6 +40,12 @@ FABRICS = ("dsm", "mesh", "pcie")
 
 class UsageError(ValueError):
     """Bad command-line input; the message names the field and what is allowed."""
+
+
+class FieldSetByExperiment(UsageError):
+    """A ``--set`` of a field the experiment sets itself
+    (:class:`sim.experiments.SetByExperiment`): refused for an experiment
+    named on its own, skipped in a run of a whole fabric or of ``all``."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -296,9 +304,12 @@ def plan_job(fabric, name, items=()):
 
     Raises
     ------
+    FieldSetByExperiment
+        If a field in ``items`` is one the experiment sets itself.
     UsageError
         On a bad field, value or experiment request (the message names the field
-        and the allowed values).
+        and the allowed values), or a configuration under which the experiment,
+        or one of its builds, has no run.
     """
     fab = _fabric(fabric)
     cfg = parse_overrides(fab.config, items)
@@ -309,6 +320,8 @@ def plan_job(fabric, name, items=()):
             fab.module.check_overrides(cfg, exp, explicit)
         parts = (fab.module.build_parts(cfg, exp, explicit)
                  if hasattr(fab.module, "build_parts") else [(None, cfg)])
+    except SetByExperiment as error:
+        raise FieldSetByExperiment(str(error)) from None
     except ValueError as error:
         raise UsageError(str(error)) from None
     built = []
@@ -321,9 +334,9 @@ def plan_job(fabric, name, items=()):
                              else str(error)) from None
     for part, _, runs in built:
         if not runs:
-            where = f" ({part} build)" if part else ""
-            raise UsageError(f"{fabric}.{name}{where}: this configuration leaves the experiment "
-                             f"nothing to run; fields set: {', '.join(sorted(explicit)) or 'none'}")
+            where = f"'s {part} build" if part else ""
+            raise UsageError(f"the fields set ({', '.join(sorted(explicit)) or 'none'}) must "
+                             f"leave {fabric}.{name}{where} at least one run, not none")
     return Job(fabric, name, tuple(built))
 
 
@@ -519,7 +532,21 @@ def _cmd_run(args):
     except (ValueError, RuntimeError) as error:
         raise UsageError(str(error)) from None
     # Every plan is built before anything is generated: bad input stops here.
-    jobs = [plan_job(fabric, name, sets[fabric]) for fabric, name in pairs]
+    # An experiment that sets a --set field itself is refused when named on
+    # its own and skipped when a whole fabric (or all) is run.
+    named = set(args.names)
+    jobs, skipped = [], []
+    for fabric, name in pairs:
+        try:
+            jobs.append(plan_job(fabric, name, sets[fabric]))
+        except FieldSetByExperiment as error:
+            if f"{fabric}.{name}" in named:
+                raise
+            skipped.append(error)
+    if not jobs:
+        raise skipped[0]
+    for error in skipped:
+        console.log(f"skipped: {error}")
     # ... and so does a folder the results or the builds cannot be written to.
     results_dir = Path(args.results)
     for job in jobs:

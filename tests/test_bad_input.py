@@ -39,27 +39,44 @@ CASES = [
     ("sweep-bad-point", ["sweep", "dsm.one_way", "--grid", "ack_threshold_flits=40,0"],
      "sweep point ack_threshold_flits=0: ack_threshold_flits must be"),
     ("sweep-field-the-experiment-sets", ["sweep", "dsm.ring", "--grid", "cluster_size=2,4"],
-     "sweep point cluster_size=2: cluster_size is set by each series of dsm.ring (2, 4, 8, "
-     "16 ranks)"),
+     "sweep point cluster_size=2: cluster_size must be left unset for dsm.ring, whose series "
+     "use 2, 4, 8, 16 ranks"),
     ("sweep-bad-engine", ["sweep", "dsm.one_way", "--grid", "ack_threshold_flits=40",
                           "--engine", "slurm"], "argument --engine: invalid choice: 'slurm'"),
     # --- Hopper DSM (seed 000) -----------------------------------------------------
     # fields an experiment sets itself: a --set of them would have no effect
     ("dsm-cluster-size-set-by-series", ["run", "dsm.one_way", "--set", "cluster_size=1"],
-     "cluster_size is set by each series of dsm.one_way (2 ranks); set it only with a "
-     "placement of that many slots, not 1 alone"),
+     "cluster_size must be left unset for dsm.one_way, whose series use 2 ranks, or given "
+     "with a placement of that many slots, not 1 alone"),
     ("dsm-placement-fits-no-series", ["run", "dsm.one_way", "--set", "cluster_size=3",
                                       "--set", "placement=5,7,9"],
-     "placement must name as many slots as one of dsm.one_way's cluster sizes (2), not 3"),
+     "placement must name as many slots as one of dsm.one_way's cluster sizes (2), not 3 "
+     "(5,7,9)"),
     ("dsm-placement-of-isolated-pairs", ["run", "dsm.isolated_pairs", "--set", "cluster_size=2",
                                          "--set", "placement=0,5"],
-     "placement is set by dsm.isolated_pairs itself"),
+     "placement must be left unset for dsm.isolated_pairs, which places each source/target "
+     "pair itself, not 0,5"),
+    ("dsm-cluster-size-of-isolated-pairs", ["run", "dsm.isolated_pairs", "--set", "cluster_size=2"],
+     "cluster_size must be left unset for dsm.isolated_pairs, which places each source/target "
+     "pair itself, not 2"),
     ("dsm-payload-fixed", ["run", "dsm.topology", "--set", "payload_kib=16,32"],
-     "payload_kib is fixed by dsm.topology (64 KiB per active SM)"),
+     "payload_kib must be left unset for dsm.topology, which moves 64 KiB per active SM, "
+     "not 16,32"),
     ("dsm-planes-set-by-series", ["run", "dsm.plane_off", "--set", "gx_planes=gx0"],
-     "gx_planes is set by each series of dsm.plane_off"),
+     "gx_planes must be left unset for dsm.plane_off, whose series switch the planes "
+     "themselves, not 'gx0'"),
     ("dsm-watchdog-range", ["run", "dsm.one_way", "--set", "watchdog_cycles=99999999999999999999"],
      "watchdog_cycles must be an integer from 1 to 1073741824"),
+    ("dsm-watchdog-just-over", ["run", "dsm.one_way", "--set", "watchdog_cycles=1073741825"],
+     "watchdog_cycles must be an integer from 1 to 1073741824, not 1073741825"),
+    ("pcie-chunk-of-the-pageable-copy", ["run", "pcie.pageable_copy", "--set",
+                                         "staging_chunk_bytes=4096"],
+     "staging_chunk_bytes must be left unset for pcie.pageable_copy, which stages through "
+     "pageable_chunk_bytes (set that instead), not 4096"),
+    ("pcie-link-faults-retrain-themselves", ["run", "pcie.link_faults", "--set",
+                                             "retrained_lanes=4"],
+     "retrained_lanes must be left unset for pcie.link_faults, whose scenarios set it "
+     "themselves, not 4"),
     ("dsm-wrong-type", ["run", "dsm.one_way", "--set", "cluster_size=two"],
      "cluster_size must be an integer"),
     ("dsm-cluster-range", ["run", "dsm.one_way", "--set", "cluster_size=0"],
@@ -122,10 +139,12 @@ CASES = [
      "compute_shires=4 does not fit mesh.barrier's build (mesh_cols=1, mesh_rows=1,"),
     ("mesh-barrier-of-one-minion", ["run", "mesh.barrier", "--set", "neighbourhoods=1",
                                     "--set", "minions_per_neighbourhood=1"],
-     "neighbourhoods x minions_per_neighbourhood must be at least 2 for a barrier"),
+     "minions_per_neighbourhood must make neighbourhoods x minions_per_neighbourhood at least "
+     "2 for a barrier inside a shire, not 1 (neighbourhoods 1)"),
     ("mesh-no-route-through-a-non-compute-cell", ["run", "mesh.non_compute", "--set",
                                                   "compute_shires=2"],
-     "placement must route some pair of compute shires through a non-compute cell"),
+     "compute_shires and placement must route some pair of compute shires through a "
+     "non-compute cell"),
     ("mesh-too-many-shires", ["run", "mesh.round_trip", "--set", "compute_shires=40"],
      "compute_shires must be an integer from 1 to 32, not 40"),
     ("mesh-neighbourhoods", ["run", "mesh.round_trip", "--set", "neighbourhoods=3"],
@@ -339,8 +358,8 @@ def test_an_experiment_left_nothing_to_run_is_refused(tmp_path, capsys, monkeypa
     monkeypatch.setitem(mesh.EXPERIMENTS, "three_speeds",
                         dataclasses.replace(exp, runs=lambda cfg: iter(())))
     status, err = _run(tmp_path, capsys, ["run", "mesh.three_speeds", "--set", "ack_flits=1"])
-    _assert_refused(status, err, "mesh.three_speeds: this configuration leaves the experiment "
-                                 "nothing to run; fields set: ack_flits")
+    _assert_refused(status, err, "the fields set (ack_flits) must leave mesh.three_speeds at "
+                                 "least one run, not none")
     assert not (tmp_path / "build").exists() and not (tmp_path / "results").exists()
 
 
@@ -354,4 +373,33 @@ def test_an_interrupted_run_leaves_no_empty_results_folder(tmp_path, capsys, mon
     assert main(["--build", str(tmp_path / "build"), "--results", str(tmp_path / "results"),
                  "run", "dsm.one_way"]) == 130
     assert "fabricsim: interrupted" in capsys.readouterr().err
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_whole_fabric_run_skips_an_experiment_that_sets_the_field_itself(tmp_path, capsys,
+                                                                           monkeypatch):
+    """``run dsm --set gx_planes=gx0`` runs the what-if on every DSM experiment
+    but plane_off, which switches its planes itself and is skipped with a line
+    saying so (the run is stopped here before anything is built)."""
+    import sim.cli
+
+    def stop(jobs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(sim.cli, "pool", stop)
+    status = main(["--build", str(tmp_path / "build"), "--results", str(tmp_path / "results"),
+                   "run", "dsm", "--set", "gx_planes=gx0"])
+    err = capsys.readouterr().err
+    assert status == 130, err
+    assert "skipped: gx_planes must be left unset for dsm.plane_off" in " ".join(err.split())
+    status, err = _run(tmp_path, capsys, ["run", "dsm.plane_off", "dsm.one_way",
+                                          "--set", "gx_planes=gx0"])
+    _assert_refused(status, err, "gx_planes must be left unset for dsm.plane_off")
+
+
+def test_a_sweep_refused_for_its_build_folder_leaves_no_sweep_folder(tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n")
+    full = ["--build", str(blocker / "build"), "--results", str(tmp_path / "results"),
+            "sweep", "dsm.one_way", "--grid", "ack_threshold_flits=40,20"]
+    _assert_refused(main(full), capsys.readouterr().err, "--build must be a folder")
     assert not (tmp_path / "results").exists()

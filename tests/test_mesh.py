@@ -285,8 +285,9 @@ def test_a_barrier_over_fewer_than_32_minions_is_reported_for_information():
                               for field, value in (("first_rx", first), ("last_rx", last))}})
     runs, measured = zip(run(2, 100, 800), run(4, 100, 1500))
     _, rows, extra = mesh._barrier_rows(None, runs, measured)
-    assert rows == [{"quantity": "FLB plus credit barrier over 4 minions (this build)",
+    assert rows == [{"quantity": "FLB plus credit barrier over every minion of this build's shire",
                      "model": 200.0, "reference": None, "unit": "cycles", "target": "information",
-                     "source": "not in the seed: the seed's barrier spans 32 minions"}]
+                     "source": "not in the seed: the seed's barrier spans 32 minions, this "
+                               "build's shire 4"}]
     assert row_met(rows[0]) is None
     assert [p["cycles"] for p in extra["barrier_points"]] == [100.0, 200.0]

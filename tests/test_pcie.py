@@ -42,8 +42,9 @@ CFG = PcieConfig()
                                      "to 33554432"),
     ("pageable_chunk_bytes", 1 << 11, "pageable_chunk_bytes must be a power of two from "
                                       "4096"),
-    ("host_event_cycles", 10000, r"host_event_cycles must be below \(watchdog_cycles - 100\) "
-                                 r"/ 2 \(9950 with watchdog_cycles 20000\)"),
+    ("host_event_cycles", 10000, "host_event_cycles must be at most 9949 with watchdog_cycles "
+                                 "20000"),
+    ("watchdog_cycles", 100, "watchdog_cycles must be an integer from 101 to 1073741824, not 100"),
     ("socket_read_bytes", 64, r"socket_read_bytes must be at least kernel_read_bytes \(128\)"),
     ("read_completion_boundary_bytes", 256, "read_completion_boundary_bytes must be one of 64, "
                                             "128, not 256"),

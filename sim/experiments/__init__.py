@@ -3,7 +3,14 @@
 import tomllib
 from importlib import resources
 
-__all__ = ["load_reference"]
+__all__ = ["SetByExperiment", "load_reference"]
+
+
+class SetByExperiment(ValueError):
+    """A ``--set`` of a configuration field that the experiment sets itself,
+    so the value would be recorded in the result without taking effect.  A
+    run of one named experiment is refused; a run of a whole fabric skips the
+    experiment and runs the others."""
 
 
 def load_reference(name):

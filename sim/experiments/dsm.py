@@ -17,7 +17,7 @@ from hdl.hopper.config import DsmConfig
 from hdl.hopper.endpoint import CheckReg, GlobalReg, N_CHECKS, N_STREAMS, StreamReg, TrafficKind
 from hdl.hopper.gpc import GLOBAL_SLOT, GpcReg, counter_names, gpc_registers, switch_blocks
 from sim import stall
-from sim.experiments import load_reference
+from sim.experiments import SetByExperiment, load_reference
 from sim.fit import error_pct, fit_affine
 
 __all__ = ["Stream", "ExperimentError", "EXPERIMENTS", "build_runs", "check_overrides",
@@ -472,35 +472,41 @@ def check_overrides(cfg: DsmConfig, experiment: Experiment, explicit=()):
     ``explicit`` holds the names of the fields the user set.  Each series sets
     its own cluster size, so ``cluster_size`` may only size a ``placement``
     for one of the experiment's cluster sizes; a ``placement`` must fit one of
-    them (and ``isolated_pairs`` places each pair itself); ``payload_kib`` and
+    them; ``isolated_pairs`` places each pair itself; ``payload_kib`` and
     ``gx_planes`` cannot be set where every series fixes them.
 
     Raises
     ------
-    ValueError
+    sim.experiments.SetByExperiment
         Naming the field, what the experiment sets it to and the value given.
     """
     name = f"dsm.{experiment.name}"
     sizes = sorted({s.cluster_size for s in experiment.series})
     allowed = ", ".join(map(str, sizes))
-    if "placement" in explicit and cfg.placement:
-        if experiment.name == "isolated_pairs":
-            raise ValueError(f"placement is set by {name} itself (each series is one source/"
-                             f"target pair); leave it unset, not {','.join(map(str, cfg.placement))}")
-        if len(cfg.placement) not in sizes:
-            raise ValueError(f"placement must name as many slots as one of {name}'s cluster "
-                             f"sizes ({allowed}), not {len(cfg.placement)}")
-    if "cluster_size" in explicit and not ("placement" in explicit and cfg.placement):
-        raise ValueError(f"cluster_size is set by each series of {name} ({allowed} ranks); "
-                         f"set it only with a placement of that many slots, not "
-                         f"{cfg.cluster_size} alone")
+    placed = "placement" in explicit and cfg.placement
+    slots = ",".join(map(str, cfg.placement))
+    if experiment.name == "isolated_pairs":
+        for field, value in (("placement", slots if placed else None),
+                             ("cluster_size", cfg.cluster_size if "cluster_size" in explicit
+                              else None)):
+            if value is not None:
+                raise SetByExperiment(f"{field} must be left unset for {name}, which places "
+                                      f"each source/target pair itself, not {value}")
+    if placed and len(cfg.placement) not in sizes:
+        raise SetByExperiment(f"placement must name as many slots as one of {name}'s cluster "
+                              f"sizes ({allowed}), not {len(cfg.placement)} ({slots})")
+    if "cluster_size" in explicit and not placed:
+        raise SetByExperiment(f"cluster_size must be left unset for {name}, whose series use "
+                              f"{allowed} ranks, or given with a placement of that many slots, "
+                              f"not {cfg.cluster_size} alone")
     if "payload_kib" in explicit and all(s.payload_kib for s in experiment.series):
         fixed = sorted({k for s in experiment.series for k in s.payload_kib})
-        raise ValueError(f"payload_kib is fixed by {name} "
-                         f"({', '.join(map(str, fixed))} KiB per active SM); leave it unset")
+        raise SetByExperiment(f"payload_kib must be left unset for {name}, which moves "
+                              f"{', '.join(map(str, fixed))} KiB per active SM, not "
+                              f"{','.join(map(str, cfg.payload_kib))}")
     if "gx_planes" in explicit and all(s.plane_enable is not None for s in experiment.series):
-        raise ValueError(f"gx_planes is set by each series of {name} (GX1 off, then GX0 off); "
-                         "leave it unset")
+        raise SetByExperiment(f"gx_planes must be left unset for {name}, whose series switch "
+                              f"the planes themselves, not {cfg.gx_planes!r}")
 
 
 def build_runs(cfg: DsmConfig, experiment: Experiment):

@@ -873,9 +873,19 @@ BARRIERS_PER_RUN = 8
 
 
 def _barrier_runs(cfg):
+    """Runs of the barrier experiment: barriers over minions 0 to n - 1 of
+    shire 0, n = 2, 4, ... up to the shire's minions.
+
+    Raises
+    ------
+    ValueError
+        If a shire has fewer than two minions.
+    """
     if cfg.minions_per_shire < 2:
-        raise ValueError("neighbourhoods x minions_per_neighbourhood must be at least 2 for a "
-                         "barrier inside a shire")
+        raise ValueError(f"minions_per_neighbourhood must make neighbourhoods x "
+                         f"minions_per_neighbourhood at least 2 for a barrier inside a shire, "
+                         f"not {cfg.minions_per_neighbourhood} (neighbourhoods "
+                         f"{cfg.neighbourhoods})")
     n = 2
     while n <= cfg.minions_per_shire:
         yield (f"{BARRIERS_PER_RUN} barriers in a row over minions 0-{n - 1} of shire 0",
@@ -900,12 +910,14 @@ def _barrier_rows(cfg, runs, measured):
         rows = [_ref_row("FLB plus credit barrier over 32 minions (one shire)", at[32],
                          "barrier.minions_32")]
     else:
-        # a what-if shire of fewer minions still reports its largest barrier
+        # a what-if shire of fewer minions still reports its largest barrier,
+        # under one name whatever its size, so a sweep's points line up
         most = max(at)
-        rows = [{"quantity": f"FLB plus credit barrier over {most} minions (this build)",
+        rows = [{"quantity": "FLB plus credit barrier over every minion of this build's shire",
                  "model": float(at[most]), "reference": None, "unit": "cycles",
                  "target": "information",
-                 "source": "not in the seed: the seed's barrier spans 32 minions"}]
+                 "source": f"not in the seed: the seed's barrier spans 32 minions, this "
+                           f"build's shire {most}"}]
     chart = {"title": "FLB plus credit barrier inside a shire", "x_label": "minions",
              "y_label": "cycles per barrier", "x_log2": True,
              "lines": [{"name": "one shire", "points": [[q["minions"], q["cycles"]]
@@ -1382,13 +1394,20 @@ def non_compute_pairs(cfg):
 
 
 def _non_compute_runs(cfg, cells=None):
-    """Runs of the non-compute experiment (of the first ``cells`` cells only, when given)."""
+    """Runs of the non-compute experiment (of the first ``cells`` cells only, when given).
+
+    Raises
+    ------
+    ValueError
+        If no route between compute shires crosses a non-compute cell with a
+        route of as many hops through compute cells only to compare it with.
+    """
     chosen = non_compute_pairs(cfg)[:cells]
     if not chosen:
-        raise ValueError("placement must route some pair of compute shires through a "
-                         "non-compute cell, with a route of as many hops through compute cells "
-                         f"only to compare it with; with {cfg.compute_shires} compute shires on "
-                         f"a {cfg.mesh_cols}x{cfg.mesh_rows} mesh none does")
+        raise ValueError(f"compute_shires and placement must route some pair of compute shires "
+                         f"through a non-compute cell, with a route of as many hops through "
+                         f"compute cells only to compare it with, not {cfg.compute_shires} "
+                         f"shires on a {cfg.mesh_cols}x{cfg.mesh_rows} mesh, where none is")
     meta = {}
     for cell, through, clean in chosen:
         meta[through] = {"route": "through", "cell": list(cell)}

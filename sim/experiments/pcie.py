@@ -15,11 +15,11 @@ from hdl.pcie.gpu import GpuMode, GpuReg
 from hdl.pcie.system import GLOBAL, counter_names, crossbars, system_registers
 from hdl.pcie.tlp import HOST_NODE, STAGE_SHIFT, FcClass, TlpType
 from sim import stall
-from sim.experiments import load_reference
+from sim.experiments import SetByExperiment, load_reference
 from sim.fit import error_pct, fit_affine
 
-__all__ = ["EXPERIMENTS", "Experiment", "ExperimentError", "build_runs", "plan", "analyse",
-           "check_run", "reference", "copy_run", "scenarios"]
+__all__ = ["EXPERIMENTS", "Experiment", "ExperimentError", "build_runs", "check_overrides",
+           "plan", "analyse", "check_run", "reference", "copy_run", "scenarios"]
 
 FABRIC = "pcie"
 #: Bytes each pair copies in the sweep (steady state from the first).
@@ -148,6 +148,30 @@ def scenarios(exp):
     """``{scenario: entry}`` of ``exp``: its own scenarios, or its seed
     table in ``sim/reference/pcie.toml``."""
     return exp.scenarios if exp.scenarios is not None else reference()[exp.name]
+
+
+def check_overrides(cfg, exp, explicit=()):
+    """Refuse a ``--set`` of a field that ``exp`` sets itself, which would
+    otherwise be recorded in the result but have no effect: a copy staged
+    through another chunk field than ``staging_chunk_bytes`` (the pageable
+    copy takes ``pageable_chunk_bytes``), and the fields its scenarios set
+    (the link faults retrain GPU 0's link).  ``explicit`` holds the names of
+    the fields the user set.
+
+    Raises
+    ------
+    sim.experiments.SetByExperiment
+        Naming the field, what sets it instead and the value given.
+    """
+    name = f"pcie.{exp.name}"
+    if "staging_chunk_bytes" in explicit and exp.chunk != "staging_chunk_bytes":
+        raise SetByExperiment(f"staging_chunk_bytes must be left unset for {name}, which stages "
+                              f"through {exp.chunk} (set that instead), not "
+                              f"{cfg.staging_chunk_bytes}")
+    for field in sorted({k for entry in scenarios(exp).values() for k in entry.get("set", {})}):
+        if field in explicit:
+            raise SetByExperiment(f"{field} must be left unset for {name}, whose scenarios set "
+                                  f"it themselves, not {getattr(cfg, field)}")
 
 
 def build_runs(cfg, exp):
