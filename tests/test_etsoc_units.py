@@ -850,3 +850,38 @@ def test_a_shire_port_ends_its_stop_s_acks_and_returns_every_credit():
     assert state["sent"] == len(flits)
     assert got == [tag for tag, _, ack in flits if not ack]
     assert state["credits"] == [depth, depth] and not state["overflow"]
+
+
+def test_a_dropped_ack_returns_its_response_credit_in_the_cycle_it_arrives():
+    """With nothing else moving, each ACK for the mesh stop hands its response
+    credit back to the router in the mesh cycle it arrives, not a cycle later
+    (a credit a cycle late would cost the router a slot per ACK)."""
+    from amaranth import ClockDomain
+
+    from hdl.common.flit import VC
+    from hdl.etsoc.mesh import ShirePort
+    from hdl.etsoc.shire import MESH_STOP_ACK
+
+    m = Module()
+    m.domains.mesh = ClockDomain("mesh")
+    m.submodules.port = port = ShirePort(flit_layout=LAYOUT, depth=3)
+    returned = []
+
+    async def router(ctx):
+        for cycle in range(40):
+            send = cycle % 4 == 0
+            ctx.set(port.i_down.valid, send)
+            ctx.set(port.i_down.flit.vc, VC.RSP)
+            ctx.set(port.i_down.flit.kind, MsgKind.ACK)
+            ctx.set(port.i_down.flit.data, 1 | (1 << MESH_STOP_ACK))
+            await ctx.delay(1e-12)
+            if ctx.get(port.i_down.credit) >> VC.RSP & 1:
+                returned.append(cycle)
+            await ctx.tick("mesh")
+
+    sim = Simulator(m)
+    sim.add_clock(1 / 600e6)
+    sim.add_clock(1 / 400e6, domain="mesh")
+    sim.add_testbench(router)
+    sim.run()
+    assert returned == list(range(0, 40, 4))
