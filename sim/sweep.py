@@ -17,7 +17,9 @@ filesystem) as the machine that submits the sweep.
 The table lands in ``results/sweep/<fabric>.<experiment>.json`` and ``.csv``
 (one line per point and result row: the point's values, the row's quantity,
 model value, unit and whether it met its target, empty for a row reported for
-information), with a plot of the swept
+information; a failed point's error; and for a synthesis sweep the point's
+status, such as ``ok`` or ``does not fit``, beside figures that are only
+Yosys's estimate when the design does not fit), with a plot of the swept
 metric (the first row whose quantity starts with ``--metric``; by default the
 experiment's first row) against the first grid field in ``.png``.  The table
 is the same whichever engine ran it: the numbers are simulated cycles.
@@ -357,11 +359,11 @@ def write_sweep(results_dir, fabric, name, grid, items, sim, engine, table, metr
     fields = [f for f, _ in grid]
     text = io.StringIO()
     writer = csv.writer(text)
-    writer.writerow(fields + ["quantity", "model", "unit", "met", "error"])
+    writer.writerow(fields + ["quantity", "model", "unit", "met", "error", "status"])
     for r in table:
         writer.writerow([r["point"][f] for f in fields]
                         + [r.get("quantity", ""), r.get("model", ""), r.get("unit", ""),
-                           r.get("met", ""), r.get("error", "")])
+                           r.get("met", ""), r.get("error", ""), r.get("status", "")])
     write_atomically(csv_path, text.getvalue())
     if chosen:
         fig, ax = plt.subplots(figsize=(6.4, 4.0))

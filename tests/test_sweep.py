@@ -117,6 +117,7 @@ def test_a_failed_point_is_listed_with_its_error(tmp_path):
     with open(tmp_path / "sweep" / "pcie.peer_copy.csv", newline="") as f:
         lines = list(csv.DictReader(f))
     assert lines[0]["error"] == "run 3 ended stuck" and lines[0]["model"] == ""
+    assert lines[1]["model"] == "25.1" and lines[1]["status"] == ""
     assert sweep.metric_rows(table, "no such row") == ("no such row", [])
     # a later table with nothing to plot takes the old plot away
     sweep.write_sweep(tmp_path, "pcie", "peer_copy", [("lanes", ["8"])], [], "verilator",

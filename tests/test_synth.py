@@ -1,6 +1,7 @@
 """``make synth``: a block through Yosys and nextpnr, the figures in the report,
 a synthesis sweep, and bad input refused."""
 
+import csv
 import json
 
 import pytest
@@ -213,7 +214,10 @@ def test_a_synthesis_sweep_writes_one_row_per_point_and_quantity(tmp_path):
     data = json.loads((tmp_path / "r" / "sweep" / "synth.round_robin.json").read_text())
     assert [r["quantity"] for r in data["rows"]] == ["LUTs", "flip-flops", "block RAMs", "Fmax"]
     assert all(r["model"] is not None for r in data["rows"])
-    assert (tmp_path / "r" / "sweep" / "synth.round_robin.csv").is_file()
+    with open(tmp_path / "r" / "sweep" / "synth.round_robin.csv", newline="") as f:
+        lines = list(csv.DictReader(f))
+    assert [(r["quantity"], r["status"]) for r in lines] == [
+        (q, "ok") for q in ("LUTs", "flip-flops", "block RAMs", "Fmax")]
 
 
 def test_a_bad_synthesis_sweep_point_is_named(tmp_path, capsys):
