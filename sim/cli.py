@@ -31,9 +31,10 @@ from pathlib import Path
 
 from sim.experiments import SetByExperiment
 
-__all__ = ["FieldSetByExperiment", "Job", "UsageError", "execute_job", "execute_or_error", "generate", "job_run_folders",
-           "job_verilog", "longest_first", "main", "parse_overrides", "plan_job", "pool",
-           "resolve_names", "runs_logged", "write_json_atomically"]
+__all__ = ["FieldSetByExperiment", "Job", "UsageError", "execute_job", "execute_or_error",
+           "generate", "job_run_folders", "job_verilog", "longest_first", "main",
+           "parse_overrides", "plan_job", "pool", "resolve_names", "runs_logged",
+           "write_json_atomically"]
 
 FABRICS = ("dsm", "mesh", "pcie")
 

@@ -280,7 +280,8 @@ def test_a_barrier_over_fewer_than_32_minions_is_reported_for_information():
     def run(n, first, last):
         names = [f"m{k}" for k in range(n)]
         return ({"programs": [{"minions": n, "exchanges": 8}],
-                 "read": [f"{name}.{field}" for name in names for field in ("first_rx", "last_rx")]},
+                 "read": [f"{name}.{field}" for name in names
+                          for field in ("first_rx", "last_rx")]},
                 {"counters": {f"{name}.{field}": value for name in names
                               for field, value in (("first_rx", first), ("last_rx", last))}})
     runs, measured = zip(run(2, 100, 800), run(4, 100, 1500))
