@@ -289,6 +289,6 @@ def test_a_barrier_over_fewer_than_32_minions_is_reported_for_information():
     assert rows == [{"quantity": "FLB plus credit barrier over every minion of this build's shire",
                      "model": 200.0, "reference": None, "unit": "cycles", "target": "information",
                      "source": "not in the seed: the seed's barrier spans 32 minions, this "
-                               "build's shire 4"}]
+                               "build's shire has 4"}]
     assert row_met(rows[0]) is None
     assert [p["cycles"] for p in extra["barrier_points"]] == [100.0, 200.0]

@@ -917,7 +917,7 @@ def _barrier_rows(cfg, runs, measured):
                  "model": float(at[most]), "reference": None, "unit": "cycles",
                  "target": "information",
                  "source": f"not in the seed: the seed's barrier spans 32 minions, this "
-                           f"build's shire {most}"}]
+                           f"build's shire has {most}"}]
     chart = {"title": "FLB plus credit barrier inside a shire", "x_label": "minions",
              "y_label": "cycles per barrier", "x_log2": True,
              "lines": [{"name": "one shire", "points": [[q["minions"], q["cycles"]]
