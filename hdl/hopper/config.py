@@ -20,6 +20,10 @@ SEED = "000_8cf2435219a2167b.txt"
 _hw = structural_field
 _run = runtime_field
 
+#: ``gx_planes`` spellings and the mask of GX planes each switches on (bit p:
+#: GXp); the first spelling of a mask is the one a configuration keeps.
+_GX_PLANES = {"gx0,gx1": 3, "gx1,gx0": 3, "gx0": 1, "gx1": 2}
+
 
 @dataclass(frozen=True)
 class DsmConfig(ConfigBase):
@@ -152,8 +156,10 @@ class DsmConfig(ConfigBase):
              "stall until the target's injection path idles")
         planes = self.plane_enable
         need("gx_planes", planes != 0, "one of 'gx0,gx1', 'gx0', 'gx1' (at least one plane on)")
-        # one spelling per setting, so "gx1,gx0" is the same configuration as "gx0,gx1"
-        object.__setattr__(self, "gx_planes", {3: "gx0,gx1", 1: "gx0", 2: "gx1"}[planes])
+        # one spelling per setting (the first in _GX_PLANES), so "gx1,gx0" is
+        # the same configuration as "gx0,gx1"
+        object.__setattr__(self, "gx_planes",
+                           next(k for k, v in _GX_PLANES.items() if v == planes))
         object.__setattr__(self, "payload_kib", tuple(self.payload_kib))
         need("payload_kib", len(self.payload_kib) >= 2 and len(set(self.payload_kib)) >= 2,
              "at least two distinct sizes")
@@ -185,8 +191,7 @@ class DsmConfig(ConfigBase):
     @property
     def plane_enable(self):
         """Bit mask of enabled GX planes (bit p: GXp on)."""
-        names = {"gx0,gx1": 3, "gx1,gx0": 3, "gx0": 1, "gx1": 2}
-        return names.get(str(self.gx_planes).replace(" ", ""), 0)
+        return _GX_PLANES.get(str(self.gx_planes).replace(" ", ""), 0)
 
     @property
     def read_response_flits(self):

@@ -485,13 +485,10 @@ def check_overrides(cfg: DsmConfig, experiment: Experiment, explicit=()):
     allowed = ", ".join(map(str, sizes))
     placed = "placement" in explicit and cfg.placement
     slots = ",".join(map(str, cfg.placement))
-    if experiment.name == "isolated_pairs":
-        for field, value in (("placement", slots if placed else None),
-                             ("cluster_size", cfg.cluster_size if "cluster_size" in explicit
-                              else None)):
-            if value is not None:
-                raise SetByExperiment(f"{field} must be left unset for {name}, which places "
-                                      f"each source/target pair itself, not {value}")
+    if experiment.name == "isolated_pairs" and (placed or "cluster_size" in explicit):
+        field, value = ("placement", slots) if placed else ("cluster_size", cfg.cluster_size)
+        raise SetByExperiment(f"{field} must be left unset for {name}, which places each "
+                              f"source/target pair itself, not {value}")
     if placed and len(cfg.placement) not in sizes:
         raise SetByExperiment(f"placement must name as many slots as one of {name}'s cluster "
                               f"sizes ({allowed}), not {len(cfg.placement)} ({slots})")
