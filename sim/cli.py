@@ -486,16 +486,14 @@ DURATIONS_NAME = "seconds.json"
 #: Seconds each experiment took in a cold ``make report`` on a 2-core machine
 #: under Verilator (build included), used only to order a build folder's
 #: first run, longest first; a recorded time replaces its entry.  Without
-#: them the longest, ``pcie.host_staged``, started last and ran alone for
-#: its last minutes.
+#: them the longest started last and ran alone for its last minutes.
 TYPICAL_SECONDS = {
-    "pcie.host_staged": 665, "mesh.allreduce": 445, "mesh.credit": 225, "mesh.one_kb": 220,
-    "mesh.ring_bandwidth": 150, "dsm.plane_off": 120, "mesh.round_trip": 120, "dsm.mixed": 95,
-    "dsm.ring": 75, "mesh.non_compute": 75, "dsm.bidirectional": 60, "mesh.message_size": 60,
-    "mesh.layouts": 50, "dsm.one_way": 45, "dsm.topology": 30, "mesh.three_speeds": 30,
-    "pcie.kernel_pull": 25, "pcie.kernel_push": 25, "pcie.peer_copy": 19,
-    "pcie.link_faults": 19, "dsm.isolated_pairs": 18, "pcie.pageable_copy": 12,
-    "mesh.barrier": 4,
+    "mesh.allreduce": 290, "mesh.credit": 140, "pcie.host_staged": 135, "mesh.one_kb": 65,
+    "mesh.ring_bandwidth": 60, "mesh.round_trip": 45, "dsm.plane_off": 35, "dsm.mixed": 27,
+    "mesh.non_compute": 22, "dsm.ring": 22, "mesh.layouts": 22, "mesh.message_size": 19,
+    "dsm.bidirectional": 17, "dsm.one_way": 14, "mesh.three_speeds": 12, "dsm.topology": 10,
+    "dsm.isolated_pairs": 6, "pcie.kernel_pull": 4, "pcie.kernel_push": 4, "pcie.peer_copy": 4,
+    "pcie.link_faults": 4, "pcie.pageable_copy": 3, "mesh.barrier": 2,
 }
 
 

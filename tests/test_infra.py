@@ -284,13 +284,14 @@ def test_experiments_never_timed_start_first_then_the_longest():
 
 def test_a_cold_build_folder_starts_the_longest_experiment_first():
     """Every experiment has a typical time, so the first run of a build
-    folder starts the longest (PCIe host staging) rather than leaving it last."""
+    folder starts the longest (the allreduce, with its three mesh builds)
+    rather than leaving it last."""
     from sim.cli import TYPICAL_SECONDS, Job, longest_first, resolve_names
     names = [f"{fabric}.{name}" for fabric, name in resolve_names(["all"])]
     assert sorted(TYPICAL_SECONDS) == sorted(names)
     jobs = [Job(*name.split("."), ()) for name in names]
     order = longest_first(jobs, dict(TYPICAL_SECONDS))
-    assert f"{order[0].fabric}.{order[0].name}" == "pcie.host_staged"
+    assert f"{order[0].fabric}.{order[0].name}" == "mesh.allreduce"
 
 
 def test_progress_counts_the_runs_this_invocation_logged(tmp_path):
