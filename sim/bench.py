@@ -100,7 +100,7 @@ int main(int argc, char** argv) {
 %(reset_on)s
     for (int i = 0; i < 4; ++i) tick();
 %(reset_off)s
-    tick();
+    tick();  // the tops' resets pass a flip-flop: this edge still resets them
     std::ifstream in(argv[1]);
     auto t0 = std::chrono::steady_clock::now();
     std::string op;

@@ -325,14 +325,19 @@ STAGED_DOMAIN = "sync_staged"
 
 def _convert_top(component: Any, name: str) -> str:
     """Verilog of the top-level ``component`` as module ``name``, with ports
-    ``clk`` and ``rst`` for its ``sync`` domain after the signature's, and
+    ``clk`` and ``rst`` for its ``sync`` domain beside the signature's, and
     that reset taken through one flip-flop clocked by ``clk`` before it
-    reaches any logic (the top's own and its shared modules').
+    reaches any logic (the top's own and its shared modules').  The top must
+    leave ``sync`` undefined, as every top here does.
 
-    The design leaves reset on the first rising edge of ``clk`` after
-    ``rst`` falls, one cycle later than with ``rst`` wired straight in; a
-    testbench that waits one edge after releasing ``rst`` before it drives
-    anything sees no difference.  In hardware this is the usual register on a
+    The first ``clk`` edge after ``rst`` falls still resets the design; its
+    logic runs from the second, one cycle later than with ``rst`` wired
+    straight in.  A testbench must therefore let one edge pass after
+    releasing ``rst`` before it drives anything (``RegisterTB.start`` does),
+    or its first register write is reset away.  What such a testbench
+    measures between its own events is unchanged, but logic that runs by
+    itself from reset (free-running timers, time stamps) starts a cycle
+    later.  In hardware this is the usual register on a
     synchronous reset before it fans out.  In simulation it matters more:
     Amaranth computes each register's next value in combinational logic that
     reads the domain's reset, so with ``rst`` a top-level input, Verilator
@@ -395,7 +400,8 @@ def _convert_with_domains(block: Any, name: str, domains: tuple) -> str:
 #: (identical counters either way): the 18-SM GPC's ``dsm.one_way`` ran in
 #: 49 s against 76 s hierarchical, building in about 80 s against about 70;
 #: the eight-GPU PCIe machine's first two ``pcie.host_staged`` runs in 40 s
-#: against 47, building in 77 s against 79.  The ET-SoC-1 mesh stays
+#: against 47, building in 77 s against 79 (both before the top's reset
+#: was staged, :func:`_convert_top`).  The ET-SoC-1 mesh stays
 #: hierarchical: its 128-minion build took 150 s flat against 12 s.
 FLAT_TOPS = frozenset({"dsm_gpc", "pcie_system"})
 

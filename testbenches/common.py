@@ -88,6 +88,8 @@ class RegisterTB:
         await RisingEdge(self.dut.clk)
         for rst in resets:
             rst.value = 0
+        # The tops take their resets through a flip-flop (sim.build), so this
+        # edge still resets them: a write driven before it would be lost.
         await RisingEdge(self.dut.clk)
 
     async def write(self, writes):

@@ -7,6 +7,7 @@ misuse is refused with a clear error.
 """
 
 import os
+import re
 import subprocess
 import sys
 
@@ -115,6 +116,16 @@ def test_a_shared_module_s_clock_ports_do_not_depend_on_string_hashing():
     assert len(texts) == 1
     header = texts.pop().splitlines()[0]
     assert header.index("clk, rst") < header.index("mesh_clk, mesh_rst"), header
+
+
+def test_a_top_s_shared_modules_take_its_staged_reset():
+    """Every shared module of a top gets the reset that passed the top's
+    flip-flop (sim.build's ``_convert_top``), not the ``rst`` port."""
+    text = convert_hierarchy(Chain(), "chain")
+    top = text[:text.index("endmodule")]
+    resets = re.findall(r"\.rst\(([^)]*)\)", top)
+    assert len(resets) == 3 and "rst" not in resets, resets
+    assert len(re.findall(r"<= rst;", top)) == 1
 
 
 def test_the_hierarchy_holds_one_module_for_every_instance():

@@ -473,10 +473,12 @@ class EtSocMesh(wiring.Component):
     -------
     mesh_clk, mesh_rst : In(1)
         Clock and synchronous reset of the mesh domain (400 MHz).  The reset
-        passes one flip-flop clocked by ``mesh_clk``, so the mesh leaves reset
-        on the first ``mesh_clk`` edge after ``mesh_rst`` falls.  The minion
-        domain's ``clk`` and ``rst`` are added by the Verilog back end, which
-        stages ``rst`` the same way (:func:`sim.build.convert_hierarchy`).
+        passes one flip-flop clocked by ``mesh_clk``: the first ``mesh_clk``
+        edge after ``mesh_rst`` falls still resets the mesh, which runs from
+        the second.  The minion domain's ``clk`` and ``rst`` are added by the
+        Verilog back end, which stages ``rst`` the same way
+        (:func:`sim.build.convert_hierarchy`); Amaranth's simulator, which
+        drives that domain itself, does not.
     cfg_we : In(1)
         Write ``cfg_data`` to register ``cfg_addr``.
     cfg_addr : In(16)
@@ -521,10 +523,10 @@ class EtSocMesh(wiring.Component):
         m.domains.mesh = mesh = ClockDomain("mesh")
         # The mesh clock's reset goes through one flip-flop of that clock before
         # it fans out, as the top's minion-clock reset does (sim.build): the
-        # mesh leaves reset on the first mesh_clk edge after mesh_rst falls.
-        mesh_rst = Signal(init=1, reset_less=True)
-        m.d.mesh += mesh_rst.eq(self.mesh_rst)
-        m.d.comb += [mesh.clk.eq(self.mesh_clk), mesh.rst.eq(mesh_rst)]
+        # mesh runs from the second mesh_clk edge after mesh_rst falls.
+        mesh_rst_staged = Signal(init=1, reset_less=True)
+        m.d.mesh += mesh_rst_staged.eq(self.mesh_rst)
+        m.d.comb += [mesh.clk.eq(self.mesh_clk), mesh.rst.eq(mesh_rst_staged)]
         layout = make_flit_layout(cfg)
         depth = cfg.link_buffer_flits
 
