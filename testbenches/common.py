@@ -13,6 +13,7 @@ from pathlib import Path
 
 import cocotb
 from cocotb.clock import Clock
+from cocotb.handle import Immediate
 from cocotb.triggers import First, ReadOnly, RisingEdge, Timer
 
 __all__ = ["load_plan", "write_result", "counter_deltas", "RegisterTB"]
@@ -24,6 +25,18 @@ CLOCK_PERIOD_NS = 2
 #: Python coroutine per clock.  Both count the same cycles; ``FABRICSIM_CLOCK``
 #: picks one (for measuring the difference).
 CLOCK_IMPL = os.environ.get("FABRICSIM_CLOCK", "gpi")
+
+#: How the clock drivers write each edge under Verilator: ``Immediate``.
+#: With cocotb's default (``Deposit``, an inertial write) Verilator applies
+#: the new clock value only after evaluating the design once more, so every
+#: edge cost two evaluations of the whole model, the first with nothing
+#: changed.  Written at once, the edge is seen by the first: on the ET-SoC-1
+#: mesh (32 shires, one minion each) the evaluations per run halved (200,023
+#: against 106,967 over 20 round trips) and the simulation took 11.4 s
+#: against 13.1-13.6 s, with the same counters.  Other simulators keep
+#: cocotb's default.
+CLOCK_SET_ACTION = (Immediate if (getattr(cocotb, "SIM_NAME", None) or "").lower().startswith("verilator")
+                    else None)
 
 
 def load_plan():
@@ -75,7 +88,8 @@ class RegisterTB:
         """Start the clocks and hold every reset for four cycles of the slowest clock."""
         for clock, period in self.clocks:
             cocotb.start_soon(Clock(getattr(self.dut, clock), period, unit="ps",
-                                    period_high=period // 2, impl=CLOCK_IMPL).start())
+                                    period_high=period // 2, impl=CLOCK_IMPL,
+                                    set_action=CLOCK_SET_ACTION).start())
         for name in ("cfg_we", "cfg_addr", "cfg_data", "rd_addr"):
             getattr(self.dut, name).value = 0
         for name in ("ctl_init", "ctl_start", "ctl_verify"):
