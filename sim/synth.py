@@ -623,10 +623,9 @@ def synthesise(block_name, device_name, items=(), build_root=Path("build"), freq
     block, device = block_named(block_name), _device_named(device_name)
     cfg = block_config(block, items)
     target = float(freq or device.target_mhz)
+    # The row asks the tools' versions before the clock starts: the first
+    # run of each tool compiles it, and that is not the block's time.
     row = _row(block, device, block.describe(cfg), target)
-    # Asked first: the first run of each tool compiles it, and that is not
-    # the block's time.
-    versions = tool_versions(device.nextpnr)
     t0 = time.monotonic()
     name = f"synth_{block.name}"
     verilog = generate_verilog(block.build, cfg, name, build_root=Path(build_root))
@@ -737,7 +736,7 @@ def _row(block, device, config, target):
     return {"block": block.name, "fabric": block.fabric, "config": config,
             "device": device.part, "luts": None, "ffs": None, "brams": None,
             "fmax_mhz": None, "fmax_by_clock": {}, "target_mhz": target,
-            "status": "ok", "message": "", "tool_versions": versions,
+            "status": "ok", "message": "", "tool_versions": tool_versions(device.nextpnr),
             "nextpnr_options": [], "seconds": 0.0}
 
 

@@ -122,6 +122,8 @@ def check_simulator(name: str) -> None:
 
 
 _PREPARED: set[tuple[str, ...]] = set()
+#: Seconds a preparation may take before the caller goes on without it.
+_PREPARE_TIMEOUT_S = 600
 _PREPARING = threading.Lock()
 
 
@@ -142,8 +144,8 @@ def prepare_yowasp(command: Sequence[str]) -> None:
     ----------
     command : sequence of str
         The tool's command and a cheap argument (its version option).  Its
-        output is discarded and a failure is not reported here: the real run
-        that follows reports it.
+        output is discarded, and a failure (or a run past 600 s, which is
+        stopped) is not reported here: the real run that follows reports it.
     """
     key = tuple(command)
     with _PREPARING:
@@ -153,8 +155,9 @@ def prepare_yowasp(command: Sequence[str]) -> None:
         with open(lock_path, "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
-                subprocess.run(key, stdin=subprocess.DEVNULL, capture_output=True, check=False)
-            except OSError:
+                subprocess.run(key, stdin=subprocess.DEVNULL, capture_output=True, check=False,
+                               timeout=_PREPARE_TIMEOUT_S)
+            except (OSError, subprocess.SubprocessError):
                 pass
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)

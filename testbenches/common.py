@@ -35,8 +35,8 @@ CLOCK_IMPL = os.environ.get("FABRICSIM_CLOCK", "gpi")
 #: against 106,967 over 20 round trips) and the simulation took 11.4 s
 #: against 13.1-13.6 s, with the same counters.  Other simulators keep
 #: cocotb's default.
-CLOCK_SET_ACTION = (Immediate if (getattr(cocotb, "SIM_NAME", None) or "").lower().startswith("verilator")
-                    else None)
+_SIMULATOR = (getattr(cocotb, "SIM_NAME", None) or "").lower()
+CLOCK_SET_ACTION = Immediate if _SIMULATOR.startswith("verilator") else None
 
 
 def load_plan():

@@ -185,6 +185,7 @@ def _flaky_yosys(monkeypatch, tmp_path, stops):
     import sys
 
     import sim.prove
+    import sim.toolchain
 
     real = sim.prove._yosys()
     script = (f"import os, sys; p = {str(tmp_path / 'calls')!r}\n"
@@ -194,6 +195,10 @@ def _flaky_yosys(monkeypatch, tmp_path, stops):
               "    sys.stderr.write('wasm trap: out of bounds memory access\\n'); sys.exit(3)\n"
               f"os.execv({real[0]!r}, {real!r} + sys.argv[1:])\n")
     monkeypatch.setattr(sim.prove, "_yosys", lambda: [sys.executable, "-c", script])
+    # The calls counted are the proof's runs, so the preparation run
+    # (sim.toolchain.prepare_yowasp) is left out here; the real Yosys the
+    # fake hands over to compiles itself if it must.
+    monkeypatch.setattr(sim.toolchain, "prepare_yowasp", lambda command: None)
 
 
 def test_a_yosys_that_stops_without_a_verdict_runs_once_more(tmp_path, monkeypatch, capsys):
