@@ -552,6 +552,8 @@ def main(argv=None):
 
     from sim.cli import write_json_atomically
 
+    from sim.cli import folder_option
+
     parser = argparse.ArgumentParser(prog="python -m sim.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("fabrics", nargs="*", metavar="FABRIC", default=list(WORKLOADS))
     parser.add_argument("--megacycles", type=float, default=None,
@@ -563,8 +565,8 @@ def main(argv=None):
                         help="seconds Amaranth's simulator may take, elaboration included")
     parser.add_argument("--report-times", action="store_true",
                         help="also time `make report` from a cold and a warm build cache")
-    parser.add_argument("--results", default="results")
-    parser.add_argument("--build", default="build")
+    parser.add_argument("--results", type=folder_option, default="results")
+    parser.add_argument("--build", type=folder_option, default="build")
     args = parser.parse_args(argv)
     for fabric in args.fabrics:
         if fabric not in WORKLOADS:

@@ -157,7 +157,8 @@ def parse_overrides(config_cls, items):
     Raises
     ------
     UsageError
-        On a malformed item, an unknown field, an unparsable value, or a value
+        On a malformed item, an unknown field, a field given twice, an
+        unparsable value (a tuple with an empty item among them), or a value
         the configuration rejects.
     """
     fields = {f.name: f for f in dataclasses.fields(config_cls)}
@@ -169,10 +170,15 @@ def parse_overrides(config_cls, items):
             raise UsageError(f"--set takes FIELD=VALUE, not {item!r}")
         if name not in fields:
             raise UsageError(f"--set field must be one of {', '.join(fields)}, not {name!r}")
+        if name in changes:
+            raise UsageError(f"--set gives {name} more than once; give it once")
         default = getattr(defaults, name)
         try:
             if isinstance(default, tuple):
-                parts = [p for p in text.replace(" ", "").split(",") if p]
+                parts = text.replace(" ", "").split(",") if text.strip() else []
+                if "" in parts:
+                    raise UsageError(f"{name} must be comma-separated numbers with none "
+                                     f"left empty, not {text!r}")
                 value = tuple(_number(p) for p in parts)
             elif isinstance(default, bool):
                 if text.lower() not in _BOOLEAN:
@@ -220,14 +226,27 @@ _BOOLEAN = {"1": True, "true": True, "yes": True, "on": True,
             "0": False, "false": False, "no": False, "off": False}
 
 
+def folder_option(text):
+    """``--results`` or ``--build`` value: a folder path, not empty (an empty
+    path would mean the current folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"a folder must be named, not {text!r}")
+    return text
+
+
+#: Most simulations or syntheses ``--jobs`` may run at once.
+MAX_JOBS = 1024
+
+
 def _jobs(text):
-    """``--jobs`` value: a positive integer."""
+    """``--jobs`` value: an integer from 1 to :data:`MAX_JOBS`."""
     try:
         value = int(text)
     except ValueError:
         value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"--jobs must be a positive integer, not {text!r}")
+    if not 1 <= value <= MAX_JOBS:
+        raise argparse.ArgumentTypeError(
+            f"--jobs must be an integer from 1 to {MAX_JOBS}, not {text!r}")
     return value
 
 
@@ -535,6 +554,7 @@ def _cmd_run(args):
     # its own and skipped when a whole fabric (or all) is run.
     named = set(args.names)
     jobs, skipped = [], []
+    several = len(dict.fromkeys(f for f, _ in pairs)) > 1
     for fabric, name in pairs:
         try:
             jobs.append(plan_job(fabric, name, sets[fabric]))
@@ -542,6 +562,11 @@ def _cmd_run(args):
             if f"{fabric}.{name}" in named:
                 raise
             skipped.append(error)
+        except UsageError as error:
+            if not several:
+                raise
+            # With several fabrics, say whose configuration refused the value.
+            raise UsageError(f"{fabric}: {error}") from None
     if not jobs:
         raise skipped[0]
     for error in skipped:
@@ -729,8 +754,10 @@ def _cmd_report(args):
 def main(argv=None):
     """Entry point of the ``fabricsim`` command; returns the exit status."""
     parser = _Parser(prog="fabricsim", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--results", default="results", help="results folder (default: results)")
-    parser.add_argument("--build", default="build", help="build folder (default: build)")
+    parser.add_argument("--results", default="results", type=folder_option,
+                        help="results folder (default: results)")
+    parser.add_argument("--build", default="build", type=folder_option,
+                        help="build folder (default: build)")
     sub = parser.add_subparsers(dest="command", required=True)
     listing = sub.add_parser("list", help="list experiments and configuration fields")
     listing.add_argument("fabrics", nargs="*", metavar="FABRIC",
@@ -792,4 +819,8 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run as ``python -m sim.cli`` this file is ``__main__``, a second copy of
+    # the module: errors raised in sim.sweep or sim.synth are sim.cli's
+    # UsageError, which this copy's ``except`` would not catch.
+    from sim.cli import main as _main
+    sys.exit(_main())

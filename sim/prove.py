@@ -895,12 +895,16 @@ def main(argv=None):
     from rich.markup import escape
     from rich.table import Table
 
+    from sim.cli import MAX_JOBS, _writable_folder, folder_option
+
     parser = argparse.ArgumentParser(prog="python -m sim.prove",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", metavar="NAME", help="proofs to run (default: all)")
-    parser.add_argument("--results", default="results", help="results folder (default: results)")
-    parser.add_argument("--build", default="build", help="build folder; each proof works in "
-                        "<build>/proofs/<name> (default: build)")
+    parser.add_argument("--results", type=folder_option, default="results",
+                        help="results folder (default: results)")
+    parser.add_argument("--build", type=folder_option, default="build",
+                        help="build folder; each proof works in <build>/proofs/<name> "
+                             "(default: build)")
     parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1,
                         help="proofs run at once (default: one per CPU)")
     parser.add_argument("--fresh", action="store_true",
@@ -911,10 +915,20 @@ def main(argv=None):
     if unknown:
         print(f"unknown proof {unknown[0]!r}; allowed: {', '.join(PROOFS)}", file=sys.stderr)
         return 2
+    if not 1 <= args.jobs <= MAX_JOBS:
+        print(f"jobs must be an integer from 1 to {MAX_JOBS}, not {args.jobs}", file=sys.stderr)
+        return 2
+    try:
+        # Checked before the proofs, whose table would otherwise be lost.
+        _writable_folder(Path(args.build), "--build")
+        _writable_folder(Path(args.results), "--results")
+    except ValueError as error:
+        print(f"sim.prove: error: {error}", file=sys.stderr)
+        return 2
     names = list(dict.fromkeys(args.names)) or list(PROOFS)
     console = Console()
-    with console.status(f"{len(names)} proofs, {max(args.jobs, 1)} at a time"):
-        with ThreadPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
+    with console.status(f"{len(names)} proofs, {args.jobs} at a time"):
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
             results = list(pool.map(
                 lambda name: prove(name, workdir=Path(args.build) / "proofs" / name,
                                    cache=not args.fresh), names))

@@ -373,9 +373,8 @@ def main(argv=None):
     """
     import argparse
     import sys
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
+
+    from sim.cli import _writable_folder, folder_option
 
     parser = argparse.ArgumentParser(prog="python -m sim.random_traffic",
                                      description=__doc__.split("\n\n")[0])
@@ -388,8 +387,10 @@ def main(argv=None):
     parser.add_argument("--sim", default="verilator", help="verilator (default) or icarus")
     parser.add_argument("--small", action="store_true", default=None,
                         help="small payloads and mesh (the default under icarus)")
-    parser.add_argument("--results", default="results", help="results folder (default: results)")
-    parser.add_argument("--build", default="build", help="build folder (default: build)")
+    parser.add_argument("--results", type=folder_option, default="results",
+                        help="results folder (default: results)")
+    parser.add_argument("--build", type=folder_option, default="build",
+                        help="build folder (default: build)")
     parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
                         help="fabrics simulated at once (default: one per CPU)")
     parser.add_argument("--fresh", action="store_true",
@@ -400,15 +401,35 @@ def main(argv=None):
     if bad:
         print(f"fabric must be one of {', '.join(FABRICS)}, not {bad[0]!r}", file=sys.stderr)
         return 2
-    if args.sim not in ("verilator", "icarus"):
-        print(f"sim must be verilator or icarus, not {args.sim!r}", file=sys.stderr)
-        return 2
     if not args.seed and args.seeds < 1:
         print(f"seeds must be at least 1, not {args.seeds}", file=sys.stderr)
         return 2
     if args.jobs < 1:
         print(f"jobs must be at least 1, not {args.jobs}", file=sys.stderr)
         return 2
+    from sim.toolchain import check_simulator
+    try:
+        check_simulator(args.sim)
+        # Checked now, not after the simulations: a results path that is a
+        # file would otherwise lose their work.
+        _writable_folder(Path(args.build), "--build")
+        created = _writable_folder(Path(args.results), "--results")
+    except (ValueError, RuntimeError) as error:
+        print(f"sim.random_traffic: error: {error}", file=sys.stderr)
+        return 2
+    try:
+        return _run_and_write(args)
+    finally:
+        if created and not any(Path(args.results).iterdir()):
+            Path(args.results).rmdir()
+
+
+def _run_and_write(args):
+    import sys
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
     seeds = args.seed or list(range(1, args.seeds + 1))
     console = Console()
     fabrics = list(dict.fromkeys(args.fabrics or FABRICS))

@@ -31,7 +31,7 @@ CASES = [
      "sim must be one of verilator, icarus, not 'xsim'"),
     ("unknown-flag", ["run", "dsm.one_way", "--fast"], "unrecognized arguments: --fast"),
     ("zero-jobs", ["run", "dsm.one_way", "--jobs", "0"], "argument --jobs/-j: --jobs must be "
-                                                         "a positive integer, not '0'"),
+                                                         "an integer from 1 to 1024, not '0'"),
     ("list-unknown-fabric", ["list", "nvlink"], "FABRIC must be one of dsm, mesh, pcie or all, "
                                                 "not 'nvlink'"),
     ("sweep-bad-grid-field", ["sweep", "dsm.one_way", "--grid", "nosuch=1,2"],
@@ -100,7 +100,7 @@ CASES = [
     ("dsm-sizes-not-numbers", ["run", "dsm.one_way", "--set", "payload_kib=abc"],
      "payload_kib must be comma-separated numbers, not 'abc'"),
     ("dsm-one-size", ["run", "dsm.one_way", "--set", "payload_kib=0"],
-     "payload_kib must be at least two distinct sizes"),
+     "payload_kib must be at least two sizes, each given once"),
     ("dsm-shaper-ratio", ["run", "dsm.one_way", "--set", "shaper_flits=4",
                           "--set", "shaper_cycles=3"],
      "shaper_flits must be at most shaper_cycles (3), not 4"),
@@ -174,6 +174,22 @@ CASES = [
      "staging_chunk_bytes must be a power of two from 4096"),
     ("pcie-socket-bandwidth", ["run", "pcie.peer_copy", "--set", "socket_bytes_per_cycle=0"],
      "socket_bytes_per_cycle must be an integer from 1 to 255, not 0"),
+    # --- repeated, empty and oversized values --------------------------------------
+    ("set-twice", ["run", "dsm.one_way", "--set", "shared_vc=true", "--set", "shared_vc=false"],
+     "--set gives shared_vc more than once; give it once"),
+    ("tuple-empty-item", ["run", "dsm.one_way", "--set", "payload_kib=16,,32"],
+     "payload_kib must be comma-separated numbers with none left empty, not '16,,32'"),
+    ("tuple-trailing-comma", ["run", "dsm.one_way", "--set", "payload_kib=16,32,"],
+     "payload_kib must be comma-separated numbers with none left empty"),
+    ("payload-size-twice", ["run", "dsm.one_way", "--set", "payload_kib=16,32,16"],
+     "payload_kib must be at least two sizes, each given once, not (16, 32, 16)"),
+    ("all-names-the-fabric", ["run", "all", "--set", "flit_bytes=64"],
+     "mesh: flit_bytes must be one of 8, 16, 32, not 64"),
+    ("jobs-too-many", ["run", "dsm.one_way", "--jobs", "99999999999"],
+     "argument --jobs/-j: --jobs must be an integer from 1 to 1024"),
+    ("sweep-jobs-too-many", ["sweep", "dsm.one_way", "--grid", "shaper_flits=1,2",
+                             "--jobs", "5000"],
+     "argument --jobs/-j: --jobs must be an integer from 1 to 1024"),
 ]
 
 
@@ -403,3 +419,45 @@ def test_a_sweep_refused_for_its_build_folder_leaves_no_sweep_folder(tmp_path, c
             "sweep", "dsm.one_way", "--grid", "ack_threshold_flits=40,20"]
     _assert_refused(main(full), capsys.readouterr().err, "--build must be a folder")
     assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("option", ["--results", "--build"])
+def test_an_empty_folder_name_is_refused(tmp_path, capsys, monkeypatch, option):
+    # An empty path would mean the current folder.
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stop:
+        main([option, "", "run", "dsm.one_way"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1
+    assert f"argument {option}: a folder must be named, not ''" in err[0]
+    assert not list(tmp_path.iterdir())
+
+
+def test_python_m_sim_cli_gives_one_line_for_errors_raised_outside_it(tmp_path):
+    # Run as a module, sim.cli is __main__, a second copy of sim.cli: an error
+    # class raised by sim.sweep is the imported copy's.
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-m", "sim.cli", "--build", str(tmp_path / "b"),
+                           "--results", str(tmp_path / "r"), "sweep", "dsm.one_way"],
+                          capture_output=True, text=True, check=False, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "fabricsim: error: --grid must be given at least once (FIELD=V1,V2,...)"]
+
+
+@pytest.mark.parametrize("tool", ["random_traffic", "prove"])
+def test_other_tools_check_their_results_folder_before_working(tmp_path, capsys, monkeypatch,
+                                                                tool):
+    import importlib
+    module = importlib.import_module(f"sim.{tool}")
+    # Nothing may be simulated or proved before the folder is checked.
+    monkeypatch.setattr(module, "run_seeds" if tool == "random_traffic" else "prove",
+                        lambda *a, **k: pytest.fail("worked before checking --results"))
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    status = module.main(["--results", str(blocker), "--build", str(tmp_path / "build")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1, err
+    assert err[0] == (f"sim.{tool}: error: --results must be a folder fabricsim can write, "
+                      f"not {str(blocker)!r} (File exists)")

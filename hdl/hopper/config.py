@@ -161,8 +161,9 @@ class DsmConfig(ConfigBase):
         object.__setattr__(self, "gx_planes",
                            next(k for k, v in _GX_PLANES.items() if v == planes))
         object.__setattr__(self, "payload_kib", tuple(self.payload_kib))
-        need("payload_kib", len(self.payload_kib) >= 2 and len(set(self.payload_kib)) >= 2,
-             "at least two distinct sizes")
+        need("payload_kib", len(self.payload_kib) >= 2
+             and len(set(self.payload_kib)) == len(self.payload_kib),
+             "at least two sizes, each given once")
         for kib in self.payload_kib:
             # Whether a size fits smem_bytes depends on how many regions an
             # experiment puts on one SM, so the experiment checks it.
