@@ -21,6 +21,7 @@ import io
 import json
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -475,6 +476,9 @@ def _load_experiment(path: Path) -> ExperimentResult:
         for key in ("from_shire", "cols", "rows"):
             ctx.number(hm, key, "heatmap")
         cols, rows_ = int(ctx.number(hm, "cols", "heatmap")), int(ctx.number(hm, "rows", "heatmap"))
+        if not (1 <= cols <= 64 and 1 <= rows_ <= 64):
+            raise ctx.error("heatmap", f"keys 'cols' and 'rows' must be from 1 to 64, not "
+                                       f"{cols} and {rows_}")
         cells = [ctx.obj(c, f"heatmap.cells[{i}]") for i, c in enumerate(ctx.array(hm, "cells", "heatmap"))]
         spots = [(c, f"heatmap.cells[{i}]") for i, c in enumerate(cells)]
         for key in ("non_compute", "source_cell"):
@@ -911,10 +915,12 @@ def write_report(results_dir: Path) -> Path:
     results = load_results(results_dir)
     # Render every plot before writing anything so a plotting failure also
     # leaves the old outputs in place.
-    plots = {r.plot_path: _render_plot(r) for r in results if r.has_plot}
-    plots.update({r.heatmap_path: _render_heatmap(r) for r in results if r.heatmap is not None})
-    plots.update({r.chart_path: _render_chart(r) for r in results if r.chart is not None})
-    plots.update({r.topology_path: _render_topology(r) for r in results
+    plots = {r.plot_path: _plotted(r, _render_plot) for r in results if r.has_plot}
+    plots.update({r.heatmap_path: _plotted(r, _render_heatmap) for r in results
+                  if r.heatmap is not None})
+    plots.update({r.chart_path: _plotted(r, _render_chart) for r in results
+                  if r.chart is not None})
+    plots.update({r.topology_path: _plotted(r, _render_topology) for r in results
                   if r.topology is not None})
 
     total_text = _rows_text([row for r in results for row in r.rows])
@@ -961,6 +967,17 @@ def write_report(results_dir: Path) -> Path:
     return report_path
 
 
+def _plotted(result: ExperimentResult, render) -> bytes:
+    """``render(result)``, a PNG; numbers that pass the file's checks yet
+    cannot be drawn (finite but beyond what a plot's scale can hold) raise a
+    :class:`ValueError` naming the file."""
+    try:
+        return render(result)
+    except (OverflowError, ValueError) as error:
+        raise ValueError(f"{result.path}: its numbers cannot be plotted "
+                         f"({type(error).__name__}: {error})") from None
+
+
 #: Experiments that run the fabric with a fault the hardware tolerates.
 FAULT_EXPERIMENTS = {
     ("dsm", "plane_off"): "one GX plane switched off (either one)",
@@ -984,6 +1001,10 @@ def _faults_survived(results) -> list[str]:
 
 
 BENCH_NAME = "bench.json"
+
+#: What reading a malformed table file raises: a missing key, a wrong type, an
+#: infinite number made an integer, a list where a table belongs.
+_MALFORMED = (ValueError, KeyError, TypeError, OverflowError, AttributeError)
 
 
 def _bench_section(results_dir: Path) -> list[str]:
@@ -1033,7 +1054,7 @@ def _bench_section(results_dir: Path) -> list[str]:
                                 f"<= {limit} min", _met(ok)])
         skipped = [f"- {k['top']}, {k['simulator']}: {k['reason']}"
                    for k in bench.get("skipped", [])]
-    except (ValueError, KeyError, TypeError) as error:
+    except _MALFORMED as error:
         raise ValueError(f"{path}: not a bench file ({type(error).__name__}: {error})") from None
     return (["## Simulation speed", "",
              "Simulated cycles per second of each top's main clock on one workload, "
@@ -1084,7 +1105,7 @@ def _synth_section(results_dir: Path) -> tuple[list[str], dict[Path, bytes]]:
                 if r.get("nextpnr_options"):
                     options.setdefault(" ".join(map(str, r["nextpnr_options"])), []).append(
                         str(r["block"]))
-        except (ValueError, KeyError, TypeError) as error:
+        except _MALFORMED as error:
             raise ValueError(f"{path}: not a synthesis file ({type(error).__name__}: "
                              f"{error})") from None
         lines += ["## FPGA synthesis", "",
@@ -1103,15 +1124,22 @@ def _synth_section(results_dir: Path) -> tuple[list[str], dict[Path, bytes]]:
     for sweep_path in sorted((results_dir / SWEEP_DIR).glob("synth.*.json")):
         try:
             sweep = json.loads(sweep_path.read_text(encoding="utf-8"))
+            # The block's name becomes a file name; the grid names the swept field.
+            if not re.fullmatch(r"[A-Za-z0-9_]+", str(sweep["experiment"])):
+                raise ValueError(f"key 'experiment' must be a block name, not "
+                                 f"{sweep['experiment']!r}")
+            if not (isinstance(sweep["grid"], dict) and sweep["grid"]):
+                raise ValueError(f"key 'grid' must be a table of the swept field, not "
+                                 f"{sweep['grid']!r}")
+            field = next(iter(sweep["grid"]))
             png = _render_synth_sweep(sweep)
-        except (ValueError, KeyError, TypeError, IndexError) as error:
+        except (*_MALFORMED, IndexError) as error:
             raise ValueError(f"{sweep_path}: not a synthesis sweep ({type(error).__name__}: "
                              f"{error})") from None
         if png is None:
             continue
         plot = results_dir / f"synth_sweep_{sweep['experiment']}.png"
         plots[plot] = png
-        field = next(iter(sweep["grid"]))
         if not lines:
             lines += ["## FPGA synthesis", ""]
         lines += [f"Area and clock of `{sweep['experiment']}` against `{field}` "
@@ -1184,7 +1212,7 @@ def _verification_section(results_dir: Path) -> list[str]:
             rows = json.loads(path.read_text(encoding="utf-8"))["rows"]
             table = [[str(r["proof"]), str(r["block"]), str(r["property"]),
                       str(int(r["depth"])), "✓" if r["passed"] is True else "✗"] for r in rows]
-        except (ValueError, KeyError, TypeError) as error:
+        except _MALFORMED as error:
             raise ValueError(f"{path}: not a proofs file ({type(error).__name__}: {error})") \
                 from None
         passed = sum(row[-1] == "✓" for row in table)
@@ -1203,7 +1231,7 @@ def _verification_section(results_dir: Path) -> list[str]:
                   str(int(r["transfers"])), str(int(r["checked_bytes"])),
                   "✓" if r["passed"] is True else f"✗ ({len(r['failures'])} runs failed)"]
                  for r in rows]
-    except (ValueError, KeyError, TypeError) as error:
+    except _MALFORMED as error:
         raise ValueError(f"{path}: not a random-traffic file ({type(error).__name__}: {error})") \
             from None
     passed = sum(row[-1] == "✓" for row in table)

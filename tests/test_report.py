@@ -190,6 +190,9 @@ def test_error_pct_computed_when_missing(tmp_path):
         ),
         (lambda d: d["rows"][0].update(model="fast"), r"rows\[0\]: key 'model' must be a finite number"),
         (lambda d: d.update(fabric="mesh"), r"key 'fabric' is 'mesh' but the file is in directory 'dsm'"),
+        # finite, so it passes the file's checks, but no plot scale holds it
+        (lambda d: d["series"][0]["points"][0].update(cycles=1e308),
+         r"one_way\.json: its numbers cannot be plotted \(OverflowError"),
     ],
 )
 def test_malformed_input_names_file_and_key_and_writes_nothing(tmp_path, mutate, message):
@@ -266,6 +269,15 @@ def test_hop_series_and_heat_map_are_drawn(tmp_path):
     assert result.series[0].hop_residuals == (0.0,) * 5
 
 
+def test_heat_map_grid_size_is_checked(tmp_path):
+    doc = _mesh_round_trip()
+    doc["heatmap"]["cols"] = -3
+    (tmp_path / "mesh").mkdir()
+    (tmp_path / "mesh" / "round_trip.json").write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match="keys 'cols' and 'rows' must be from 1 to 64, not -3"):
+        load_results(tmp_path)
+
+
 def test_unknown_series_axis_names_the_key(tmp_path):
     doc = _mesh_round_trip()
     doc["series"][0]["x"] = "lanes"
@@ -331,6 +343,32 @@ def test_malformed_proofs_file_is_named(results):
     (results / "proofs.json").write_text(json.dumps({"rows": [{"proof": "x"}]}))
     with pytest.raises(ValueError, match="proofs.json: not a proofs file"):
         write_report(results)
+
+
+_ROW = {"proof": "x", "block": "b", "property": "p", "depth": 12, "passed": True}
+_SYNTH_ROW = {"block": "shaper", "device": "ecp5", "config": "c", "luts": 1, "ffs": 1,
+              "brams": 0, "fmax_mhz": 100.0, "status": "ok", "tool_versions": {"yosys": "0"}}
+
+
+@pytest.mark.parametrize(("name", "doc", "message"), [
+    # an infinite number (JSON 1e400) where a count belongs
+    ("proofs.json", {"rows": [{**_ROW, "depth": "1e400"}]}, r"not a proofs file \(OverflowError"),
+    ("synth.json", {"rows": [{**_SYNTH_ROW, "tool_versions": [1]}]},
+     r"not a synthesis file \(AttributeError"),
+    ("sweep/synth.x.json", {"experiment": "x", "grid": {}, "simulator": "ecp5", "rows": []},
+     r"not a synthesis sweep \(ValueError: key 'grid' must be a table of the swept field"),
+    ("sweep/synth.x.json", {"experiment": "../../x", "grid": {"a": [1]}, "simulator": "ecp5",
+                            "rows": []},
+     r"not a synthesis sweep \(ValueError: key 'experiment' must be a block name, not '\.\./"),
+])
+def test_malformed_table_files_are_named_and_nothing_is_written(results, name, doc, message):
+    path = results / name
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(doc).replace('"1e400"', "1e400"))
+    with pytest.raises(ValueError, match=message) as info:
+        write_report(results)
+    assert str(info.value).startswith(str(path)) and "\n" not in str(info.value)
+    assert not (results / "report.md").exists() and not list(results.rglob("*.png"))
 
 
 def test_verification_section_lists_the_random_traffic(results):
