@@ -485,8 +485,28 @@ def _set_item(field, value):
     """``FIELD=VALUE`` as ``--set`` takes it: a list or tuple comma-separated,
     nested ones flattened (a TOML ``placement = [[0, 0], [1, 0]]`` becomes
     ``placement=0,0,1,0``)."""
-    text = ",".join(map(str, _flatten(value))) if isinstance(value, (list, tuple)) else value
+    if isinstance(value, (list, tuple)):
+        text = ",".join(map(str, _flatten(value)))
+    else:
+        text = str(value).lower() if isinstance(value, bool) else value
     return f"{field}={text}"
+
+
+def _toml_kind_error(default, value):
+    """What a TOML ``value`` for a field whose default is ``default`` must be,
+    or ``None`` when its type fits (a string is no number, nor a number a
+    flag: the file's types are kept, not read as ``--set`` text)."""
+    if isinstance(default, bool):
+        return None if isinstance(value, bool) else "true or false"
+    if isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        return None if ok else "an integer"
+    if isinstance(default, float):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return None if ok else "a number"
+    if isinstance(default, tuple):
+        return None if isinstance(value, list) else "an array"
+    return None if isinstance(value, str) else "a string"
 
 
 def load_config_file(path):
@@ -497,8 +517,8 @@ def load_config_file(path):
     ------
     UsageError
         If the file cannot be read, is not UTF-8 or not TOML, or has a table
-        that is not a fabric's or a field its fabric's configuration does not
-        have.
+        that is not a fabric's, a field its fabric's configuration does not
+        have, or a value of the wrong TOML type (a string for a number, say).
     """
     from sim.cli import FABRICS, UsageError
 
@@ -517,11 +537,16 @@ def load_config_file(path):
         if fabric not in FABRICS or not isinstance(table, dict):
             raise UsageError(f"--config tables must be among {', '.join(FABRICS)}, "
                              f"not {fabric!r}")
-        fields = [f.name for f in dataclasses.fields(_config_class(fabric))]
-        for name in table:
+        defaults = _config_class(fabric)()
+        fields = [f.name for f in dataclasses.fields(defaults)]
+        for name, value in table.items():
             if name not in fields:
                 raise UsageError(f"--config {path}: [{fabric}] fields must be among "
                                  f"{', '.join(fields)}, not {name!r}")
+            kind = _toml_kind_error(getattr(defaults, name), value)
+            if kind is not None:
+                raise UsageError(f"--config {path}: [{fabric}] {name} must be {kind}, "
+                                 f"not {value!r}")
         out[fabric] = [_set_item(k, v) for k, v in table.items()]
     return out
 

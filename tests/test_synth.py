@@ -137,6 +137,14 @@ def test_bad_synthesis_input_is_refused(tmp_path, capsys):
     bad.write_text("[dsm\n")
     assert main(base + ["shaper", "--config", str(bad)]) == 2
     assert "not valid TOML" in capsys.readouterr().err
+    # The file's types are kept: a string is no number, a number no flag.
+    for text, message in (('flit_bytes = "16"', "flit_bytes must be an integer, not '16'"),
+                          ("shared_vc = 1", "shared_vc must be true or false, not 1"),
+                          ("payload_kib = 16", "payload_kib must be an array, not 16"),
+                          ("gx_planes = 0", "gx_planes must be a string, not 0")):
+        bad.write_text(f"[dsm]\n{text}\n")
+        assert main(base + ["shaper", "--config", str(bad)]) == 2
+        assert f"--config {bad}: [dsm] {message}" in capsys.readouterr().err
     assert main(base + ["shaper", "--timeout", "0"]) == 2
     assert "--timeout must be a positive number of seconds" in capsys.readouterr().err
     assert main(base + ["shaper", "--freq", "0"]) == 2
