@@ -59,7 +59,7 @@ soak: venv
 # Bounded formal proofs of the arbiter, credit counter, shaper, ACK
 # coalescer, a GX plane and a mesh router; writes results/proofs.json.
 prove: venv
-	$(BIN)/python -m sim.prove $(FRESH_FLAG)
+	$(BIN)/python -m sim.prove --build $(BUILD) --results $(RESULTS) $(FRESH_FLAG)
 
 # Simulated cycles per second of each fabric's top under a bare C++ Verilator
 # harness, cocotb with Verilator (and Icarus when installed) and Amaranth's

@@ -3,8 +3,10 @@
     python -m sim.bench [FABRIC...] [--megacycles N] [--report-times]   (``make bench``)
 
 One workload per top, the same register writes and start pulses for every
-simulator, long enough (about a million cycles of the top's main clock by
-default) that start-up does not count:
+simulator, long enough that start-up does not count: about a million cycles
+of the top's main clock by default, except on the 1,024-minion mesh, which
+simulates at about 160 cycles per second here, where it is 40,000
+(:data:`DEFAULT_MEGACYCLES`):
 
 - ``dsm``: the GPC with a 16-SM cluster (seed 000's largest), every SM
   putting 96 KiB by TMA into the next SM's shared memory (a ring), with

@@ -601,7 +601,8 @@ def _cmd_run(args):
             # Each distinct Verilog is generated once, the builds in parallel ...
             with console.status(f"generating Verilog for {len(builds)} configuration"
                                 f"{'s' * (len(builds) != 1)} "
-                                f"(cached per configuration), {args.jobs} at a time"):
+                                f"(cached per configuration), "
+                                f"{min(args.jobs, len(builds))} at a time"):
                 futures = {workers.submit(generate, f, hw, args.build): f for f, hw in builds}
                 for future in concurrent.futures.as_completed(futures):
                     try:
@@ -629,7 +630,8 @@ def _cmd_run(args):
                 # An experiment at 0 runs is building its simulator or starting (or is
                 # the one the process pool has queued next).
                 return (f"{len(jobs) - len(pending)}/{len(jobs)} experiments done ({args.sim}, "
-                        f"{args.jobs} at a time)" + ("; " + ", ".join(running) if running else ""))
+                        f"{min(args.jobs, len(jobs))} at a time)"
+                        + ("; " + ", ".join(running) if running else ""))
 
             # Piped output (a CI log, make report > log) gets no live status line,
             # so the progress goes out as a log line once a minute (as well as the
@@ -753,7 +755,7 @@ def _cmd_report(args):
 
 def main(argv=None):
     """Entry point of the ``fabricsim`` command; returns the exit status."""
-    parser = _Parser(prog="fabricsim", description=__doc__.split("\n\n")[0])
+    parser = _Parser(prog="fabricsim", description=__doc__.split("\n\n")[0].replace("``", ""))
     parser.add_argument("--results", default="results", type=folder_option,
                         help="results folder (default: results)")
     parser.add_argument("--build", default="build", type=folder_option,
@@ -764,8 +766,11 @@ def main(argv=None):
                          help="only these fabrics (all, the default: every one)")
     run = sub.add_parser("run", help="run experiments")
     run.add_argument("names", nargs="+", metavar="NAME")
-    run.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
-    run.add_argument("--sim", default=os.environ.get("FABRICSIM_SIM", "verilator"))
+    run.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                     help="change a configuration field for a what-if (repeatable; "
+                          "fabricsim list shows the fields)")
+    run.add_argument("--sim", default=os.environ.get("FABRICSIM_SIM", "verilator"),
+                     help="simulator: verilator (the default, or $FABRICSIM_SIM) or icarus")
     run.add_argument("--waves", action="store_true", help="write a waveform per experiment")
     run.add_argument("--fresh", action="store_true",
                      help="simulate every run even where the build folder holds the result of "
@@ -780,8 +785,10 @@ def main(argv=None):
     swp.add_argument("--grid", action="append", default=[], metavar="FIELD=V1,V2,...",
                      help="a field and its values (';' between the values of a tuple or string "
                           "field); repeat for a product grid")
-    swp.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE")
-    swp.add_argument("--sim", default=os.environ.get("FABRICSIM_SIM", "verilator"))
+    swp.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                     help="a configuration field held at a value at every point (repeatable)")
+    swp.add_argument("--sim", default=os.environ.get("FABRICSIM_SIM", "verilator"),
+                     help="simulator: verilator (the default, or $FABRICSIM_SIM) or icarus")
     swp.add_argument("--engine", default="local", choices=("local", "dask"),
                      help="a local process pool (default) or a Dask cluster")
     swp.add_argument("--scheduler", metavar="ADDRESS",

@@ -806,7 +806,7 @@ def _render_plot(result: ExperimentResult) -> bytes:
     top.set_ylabel("elapsed cycles")
     top.legend(fontsize="small")
     top.grid(True, alpha=0.3)
-    bottom.set_xlabel("payload per agent (KiB)")
+    bottom.set_xlabel("payload per sending SM, GPU or minion (KiB)")
     bottom.set_ylabel("residual (cycles)")
     bottom.grid(True, alpha=0.3)
     return _png(fig)
@@ -936,6 +936,18 @@ def write_report(results_dir: Path) -> Path:
         "A row is met when |error %| is within its tolerance (or the model within its "
         "bounds); rows marked — have neither, are reported for information and are not "
         "counted as met.",
+        "",
+        "How to read the tables: **model** is the number measured in the simulated RTL "
+        "(cycles counted by its own counters, turned into the row's unit); **seed** is the "
+        "published measurement the fabric is modelled after, its section and sentence in "
+        "the source column; **error %** is 100 × (model − seed) / seed. Cycles and B/cycle "
+        "are in each fabric's own clock: the SM clock (1.785 GHz) for dsm, the minion clock "
+        "(600 MHz) for mesh unless a row says mesh cycles (400 MHz), 1 GHz (1 ns) for pcie; "
+        "GB/s is 1e9 B/s. A fit is elapsed cycles = α + β × payload (or × hops) by least "
+        "squares, 1/β its bandwidth, and its RMSE % the root-mean-square residual as a "
+        "percentage of the rise the fit gives across the swept sizes. Where an undisclosed "
+        "depth or latency was chosen to meet a row, the experiment's notes name the field "
+        "and the row: such a row checks the calibration rather than predicting.",
         "",
         "## Summary",
         "",
