@@ -51,7 +51,8 @@ def parse_grid(config_cls, items):
     Raises
     ------
     UsageError
-        If a field is unknown or given twice, or has no values.
+        If a field is unknown or given twice, has no values, or gives one
+        value twice.
     """
     from sim.cli import UsageError
 
@@ -71,7 +72,11 @@ def parse_grid(config_cls, items):
         values = [v.strip() for v in text.split(";" if spaced else ",")]
         if any(not v for v in values):
             raise UsageError(f"--grid {name} has an empty value in {text!r}")
-        grid.append((name, list(dict.fromkeys(values))))
+        twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+        if twice is not None:
+            # as two spellings of one value are (found once the points are planned)
+            raise UsageError(f"--grid {name} gives {twice!r} twice; give each value once")
+        grid.append((name, values))
     if not grid:
         raise UsageError("--grid must be given at least once (FIELD=V1,V2,...)")
     return grid

@@ -20,6 +20,7 @@ BUILD = Path(__file__).resolve().parent.parent / "build"
     (["lanes="], "must list values as lanes=V1,V2"),
     (["lanes=4,8", "lanes=16"], "given twice"),
     (["lanes=4,,8"], "empty value"),
+    (["lanes=4,8,4"], "--grid lanes gives '4' twice; give each value once"),
     ([], "--grid must be given at least once"),
 ])
 def test_bad_grid_is_refused(items, message):
