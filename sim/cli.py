@@ -538,6 +538,7 @@ def _cmd_run(args):
     import concurrent.futures
 
     from rich.console import Console
+    from rich.markup import escape
 
     from sim.toolchain import check_simulator
 
@@ -570,7 +571,7 @@ def _cmd_run(args):
     if not jobs:
         raise skipped[0]
     for error in skipped:
-        console.log(f"skipped: {error}")
+        console.log(f"skipped: {escape(str(error))}")
     # ... and so does a folder the results or the builds cannot be written to.
     results_dir = Path(args.results)
     for job in jobs:
@@ -609,10 +610,10 @@ def _cmd_run(args):
                         path, seconds = future.result()
                     except Exception as error:   # noqa: BLE001 - each experiment reports it
                         console.log(f"[red]{futures[future]} Verilog generation failed:[/red] "
-                                    f"{type(error).__name__}: {error}")
+                                    f"{type(error).__name__}: {escape(str(error))}")
                         failed = True
                         continue
-                    console.log(f"{futures[future]} Verilog: {path} ({seconds:.0f} s)")
+                    console.log(f"{futures[future]} Verilog: {escape(str(path))} ({seconds:.0f} s)")
             # ... then the experiments, as many at once as there are workers.
             durations_path = run_root / DURATIONS_NAME
             durations = {**TYPICAL_SECONDS, **_read_durations(durations_path)}
@@ -650,7 +651,9 @@ def _cmd_run(args):
                         job = futures[future]
                         data, n_runs, seconds, reused, error = future.result()
                         if error is not None:
-                            console.log(f"[red]{job.fabric}.{job.name} failed:[/red] {error}")
+                            # Tool output (make's "*** [file:line: target]") is not markup.
+                            console.log(f"[red]{job.fabric}.{job.name} failed:[/red] "
+                                        f"{escape(str(error))}")
                             failed = True
                             continue
                         out = results_dir / job.fabric / f"{job.name}.json"
@@ -669,6 +672,7 @@ def _cmd_run(args):
 
 def _cmd_sweep(args):
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from sim import sweep
@@ -696,8 +700,8 @@ def _cmd_sweep(args):
 
     def progress(done, total, point, error):
         where = ", ".join(f"{k}={v}" for k, v in point.items())
-        status = f"[red]failed:[/red] {error}" if error else "done"
-        console.log(f"[{done}/{total}] {fabric}.{name} {where}: {status}")
+        status = f"[red]failed:[/red] {escape(str(error))}" if error else "done"
+        console.log(f"[{done}/{total}] {fabric}.{name} {escape(where)}: {status}")
     with sweep.outputs_checked(results_dir, f"{fabric}.{name}"):
         # after the results folder: a refused sweep makes no build folder
         _writable_folder(Path(args.build), "--build")

@@ -933,6 +933,7 @@ def main(args):
     import concurrent.futures
 
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from sim.cli import (DURATIONS_NAME, UsageError, _read_durations, _writable_folder, pool,
@@ -969,7 +970,7 @@ def main(args):
                                                ("brams", "BRAMs")))
             console.log(f"[{n}/{len(tasks)}] {row['block']} on {tasks[i][1]}: {row['status']}, "
                         f"{counts}, {fmax} ({row['seconds']:.0f} s)"
-                        + (f"\n    {row['message']}" if row["message"] else ""))
+                        + (f"\n    {escape(str(row['message']))}" if row["message"] else ""))
     out = results_dir / "synth.json"
     keep = []
     if out.is_file():
@@ -1012,6 +1013,7 @@ def sweep(args):
         On an unknown block, field or value (naming the point).
     """
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from sim import sweep as sweeps
@@ -1031,8 +1033,8 @@ def sweep(args):
 
     def progress(done, total, i, error):
         where = ", ".join(f"{k}={v}" for k, v in points[i][0].items())
-        console.log(f"[{done}/{total}] synth.{name} {where}: "
-                    + (f"[red]failed:[/red] {error}" if error else "done"))
+        console.log(f"[{done}/{total}] synth.{name} {escape(where)}: "
+                    + (f"[red]failed:[/red] {escape(str(error))}" if error else "done"))
 
     with sweeps.outputs_checked(Path(args.results), f"synth.{name}"):
         console.log(f"synth.{name}: {len(points)} points on {device}, {args.engine}")

@@ -325,6 +325,22 @@ def test_a_run_that_fails_leaves_no_empty_results_folder(tmp_path, capsys, monke
     assert status == 1 and kept.is_dir()    # a folder the user made stays
 
 
+def test_a_failure_message_that_looks_like_markup_is_printed_as_it_is(tmp_path, capsys,
+                                                                     monkeypatch):
+    # make's error lines read "*** [file:line: target] Error 2"; rich took the
+    # bracket for a closing tag and raised instead of printing the failure.
+    import concurrent.futures
+
+    import sim.cli
+    message = "make: *** [/tmp/b/Vtop_hier.mk:32: hier_launch_verilator] Error 2"
+    monkeypatch.setattr(sim.cli, "pool", lambda jobs: concurrent.futures.ThreadPoolExecutor(1))
+    monkeypatch.setattr(sim.cli, "generate", lambda *a: (tmp_path / "v.v", 0.0))
+    monkeypatch.setattr(sim.cli, "execute_or_error", lambda job, *args: (None, 0, 0, 0, message))
+    status, err = _run(tmp_path, capsys, ["run", "dsm.one_way"])
+    assert status == 1
+    assert "[/tmp/b/Vtop_hier.mk:32: hier_launch_verilator]" in " ".join(err.split()), err
+
+
 def test_piped_run_logs_its_progress(tmp_path, capsys, monkeypatch):
     """Output that is not a terminal gets no live status line: ``run`` logs
     its progress as lines instead (every PIPED_PROGRESS_SECONDS)."""
