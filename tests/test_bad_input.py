@@ -174,6 +174,8 @@ CASES = [
      "staging_chunk_bytes must be a power of two from 4096"),
     ("pcie-socket-bandwidth", ["run", "pcie.peer_copy", "--set", "socket_bytes_per_cycle=0"],
      "socket_bytes_per_cycle must be an integer from 1 to 255, not 0"),
+    ("pcie-skp-interval", ["run", "pcie.peer_copy", "--set", "skp_interval_blocks=1"],
+     "skp_interval_blocks must be an integer from 16 to 4095, not 1"),
     # --- repeated, empty and oversized values --------------------------------------
     ("set-twice", ["run", "dsm.one_way", "--set", "shared_vc=true", "--set", "shared_vc=false"],
      "--set gives shared_vc more than once; give it once"),

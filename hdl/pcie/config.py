@@ -220,7 +220,10 @@ class PcieConfig(ConfigBase):
         need("rx_data_credits",
              self.rx_data_credits * 16 >= self.max_payload_bytes,
              f"enough for one max_payload_bytes TLP ({self.max_payload_bytes // 16} or more)")
-        integer("skp_interval_blocks", 1, 4095)
+        # The link pays at most one SKP ordered set per 65-cycle period
+        # (hdl/pcie/link.py), which holds up to 16 blocks (Gen5): a shorter
+        # interval would be paid only in part.
+        integer("skp_interval_blocks", 16, 4095)
         one_of("kernel_write_bytes", (32, 64, 128, 256))
         need("kernel_write_bytes", self.kernel_write_bytes <= self.max_payload_bytes
              and self.kernel_write_bytes >= self.datapath_bytes,

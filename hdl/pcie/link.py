@@ -52,7 +52,9 @@ def LinkTiming():
     i_blocks_per_period : In(5)
         128b/130b blocks the link sends per 65 cycles (GT/s / 2).
     i_skp_blocks : In(12)
-        Blocks between SKP ordered sets.
+        Blocks between SKP ordered sets; at least ``i_blocks_per_period``
+        (one SKP ordered set is paid per 65-cycle period at most, so a
+        shorter interval would be paid only in part).
     i_skp_cycles : In(5)
         Cycles one SKP ordered set takes (128 / GT/s).
     i_ack_every : In(7)
