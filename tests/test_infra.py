@@ -337,3 +337,22 @@ def test_progress_counts_the_runs_this_invocation_logged(tmp_path):
     # ... until this one's simulation writes it again.
     (chip / "sim.log").write_text("  9.00ns INFO  cocotb  run 2/8 tree: done\n")
     assert runs_logged(job, tmp_path, since) == 5
+
+
+def test_a_one_entry_fifo_passes_verilator_s_lint(tmp_path):
+    """A buffer depth of 1 is allowed (link_buffer_flits=1, request_queue_flits=1):
+    its FIFO's zero-width pointers are written as ``wire [-1:0] x;``, which
+    Verilator refuses unless ASCRANGE is waived."""
+    from amaranth.back import verilog
+
+    from hdl.common.queue import sync_fifo
+    from sim.runner import VERILATOR_SPEED, VERILATOR_WAIVERS
+    fifo = sync_fifo(width=8, depth=1)
+    source = tmp_path / "fifo1.v"
+    source.write_text(verilog.convert(fifo, name="fifo1", ports=[
+        fifo.w_data, fifo.w_en, fifo.w_rdy, fifo.r_data, fifo.r_en, fifo.r_rdy, fifo.level]))
+    assert "[-1:0]" in source.read_text()
+    done = subprocess.run(["verilator", "--lint-only", *VERILATOR_WAIVERS, *VERILATOR_SPEED,
+                           str(source)], env={**os.environ, **verilator_env()},
+                          capture_output=True, text=True, check=False, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
