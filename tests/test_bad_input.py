@@ -479,3 +479,14 @@ def test_other_tools_check_their_results_folder_before_working(tmp_path, capsys,
     assert status == 2 and len(err) == 1, err
     assert err[0] == (f"sim.{tool}: error: --results must be a folder fabricsim can write, "
                       f"not {str(blocker)!r} (File exists)")
+
+
+def test_a_run_still_moving_at_its_limit_is_not_called_stuck():
+    # A slow but live configuration (say, 32 B read responses, one read in
+    # flight and a 255-cycle turnaround) can outlast the run's cycle limit; the
+    # error says so and names the field the limit grows with.
+    from sim.experiments import unfinished
+    assert unfinished("run load@40KiB", "timeout", 336001) == (
+        "run load@40KiB: still moving when its limit of 336001 cycles ran out (no stall; the "
+        "limit grows with watchdog_cycles: raise it for a slower configuration); ")
+    assert unfinished("run load@16KiB", "stuck", 21) == "run load@16KiB: stuck after 21 cycles; "

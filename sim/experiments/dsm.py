@@ -17,7 +17,7 @@ from hdl.hopper.config import DsmConfig
 from hdl.hopper.endpoint import CheckReg, GlobalReg, N_CHECKS, N_STREAMS, StreamReg, TrafficKind
 from hdl.hopper.gpc import GLOBAL_SLOT, GpcReg, counter_names, gpc_registers, switch_blocks
 from sim import stall
-from sim.experiments import SetByExperiment, load_reference
+from sim.experiments import SetByExperiment, load_reference, unfinished
 from sim.fit import error_pct, fit_affine
 
 __all__ = ["Stream", "ExperimentError", "EXPERIMENTS", "build_runs", "check_overrides",
@@ -159,7 +159,7 @@ def check_run(cfg, run):
     counters = run["counters"]
     label = run["label"]
     if run["ended"] != "done":
-        raise ExperimentError(f"run {label}: {run['ended']} after {counters['cycles']} cycles; "
+        raise ExperimentError(unfinished(f"run {label}", run["ended"], counters["cycles"])
                               + stuck_report(cfg, counters))
     if counters["overflow"]:
         raise ExperimentError(f"run {label}: a buffer overflowed (credit protocol broken)")

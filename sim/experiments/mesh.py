@@ -20,7 +20,7 @@ from hdl.etsoc.config import COMBINE_OPS, hops
 from hdl.etsoc.engine import Couple, EngineReg, checksum, combine, register_word, tree_roles
 from hdl.etsoc.mesh import ALL_MINIONS, GLOBAL, Port, counter_names, mesh_registers
 from sim import stall
-from sim.experiments import load_reference
+from sim.experiments import load_reference, unfinished
 from sim.fit import error_pct
 
 __all__ = ["ExperimentError", "EXPERIMENTS", "PingPong", "OneWay", "Cell", "Cells", "Tree",
@@ -606,8 +606,9 @@ def check_run(cfg, run, got):
         if asleep:
             held += "; asleep waiting for a credit: " + ", ".join(asleep)
         held = "; ".join([held, *stall.describe(c, stall_blocks(cfg))])
-        raise ExperimentError(f"{label}: run ended {got['ended']} after {c.get('cycles')} "
-                              f"cycles; {held}")
+        raise ExperimentError(unfinished(label, f"run ended {got['ended']}"
+                                         if got["ended"] != "timeout" else "timeout",
+                                         c.get("cycles")) + held)
     counters = got["counters"]
     if counters["overflow"]:
         raise ExperimentError(f"{label}: a buffer overflowed (credit protocol broken)")

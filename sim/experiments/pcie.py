@@ -15,7 +15,7 @@ from hdl.pcie.gpu import GpuMode, GpuReg
 from hdl.pcie.system import GLOBAL, counter_names, crossbars, system_registers
 from hdl.pcie.tlp import HOST_NODE, STAGE_SHIFT, FcClass, TlpType
 from sim import stall
-from sim.experiments import SetByExperiment, load_reference
+from sim.experiments import SetByExperiment, load_reference, unfinished
 from sim.fit import error_pct, fit_affine
 
 __all__ = ["EXPERIMENTS", "Experiment", "ExperimentError", "build_runs", "check_overrides",
@@ -243,7 +243,8 @@ def check_run(cfg, run, got):
     if got["ended"] != "done":
         waiting = [f"gpu{g} has {c[f'gpu{g}.rx_bytes']} of {run['expect'][g]} B"
                    for g in range(cfg.gpus) if c[f"gpu{g}.rx_bytes"] != run["expect"][g]]
-        raise ExperimentError(f"{label}: run ended {got['ended']} after {c['cycles']} cycles; "
+        raise ExperimentError(unfinished(label, f"run ended {got['ended']}"
+                                         if got["ended"] != "timeout" else "timeout", c["cycles"])
                               + "; ".join(waiting + stall.describe(c, stall_blocks(cfg))))
     if c["overflow"]:
         raise ExperimentError(f"{label}: a buffer overflowed (flow control broken)")
