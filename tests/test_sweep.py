@@ -54,9 +54,10 @@ def test_two_orders_of_the_same_planes_are_refused():
         sweep.plan_sweep("dsm", "one_way", grid)
 
 
-def test_grid_values_parse_in_order_without_repeats():
-    assert sweep.parse_grid(PcieConfig, ["lanes=16,8,16", "generation=3,4"]) == \
-        [("lanes", ["16", "8"]), ("generation", ["3", "4"])]
+def test_grid_values_parse_in_order():
+    # a value given twice is refused (test_bad_grid_is_refused)
+    assert sweep.parse_grid(PcieConfig, ["lanes=16,8", "generation=4,3"]) == \
+        [("lanes", ["16", "8"]), ("generation", ["4", "3"])]
 
 
 def test_a_bad_point_names_the_point():
