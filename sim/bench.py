@@ -552,9 +552,7 @@ def main(argv=None):
     from rich.console import Console
     from rich.table import Table
 
-    from sim.cli import write_json_atomically
-
-    from sim.cli import folder_option
+    from sim.cli import folder_option, write_json_atomically
 
     parser = argparse.ArgumentParser(prog="python -m sim.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("fabrics", nargs="*", metavar="FABRIC", default=list(WORKLOADS))

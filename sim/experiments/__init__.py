@@ -26,17 +26,18 @@ def load_reference(name):
     return tomllib.loads(resources.files("sim.reference").joinpath(f"{name}.toml").read_text())
 
 
-def unfinished(label, ended, cycles):
+def unfinished(label, ended, cycles, *, stuck="{ended}"):
     """The start of the error for a run that did not finish, ``"{label}: ...; "``.
 
     ``ended`` is ``"stuck"`` (the watchdog saw no progress for
-    ``watchdog_cycles``) or ``"timeout"``: traffic was still moving when the
-    run's cycle limit ran out, which a slow configuration (long latencies,
-    small windows) can reach; each fabric's limit grows with
+    ``watchdog_cycles``), written as ``stuck`` formats it (the mesh and PCIe
+    say ``"run ended {ended}"``), or ``"timeout"``: traffic was still moving
+    when the run's cycle limit ran out, which a slow configuration (long
+    latencies, small windows) can reach; each fabric's limit grows with
     ``watchdog_cycles``, so the message says to raise it.
     """
     if ended == "timeout":
         return (f"{label}: still moving when its limit of {cycles} cycles ran out (no stall; "
                 f"the limit grows with watchdog_cycles: raise it for a slower "
                 f"configuration); ")
-    return f"{label}: {ended} after {cycles} cycles; "
+    return f"{label}: {stuck.format(ended=ended)} after {cycles} cycles; "

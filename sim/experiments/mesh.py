@@ -606,9 +606,8 @@ def check_run(cfg, run, got):
         if asleep:
             held += "; asleep waiting for a credit: " + ", ".join(asleep)
         held = "; ".join([held, *stall.describe(c, stall_blocks(cfg))])
-        raise ExperimentError(unfinished(label, f"run ended {got['ended']}"
-                                         if got["ended"] != "timeout" else "timeout",
-                                         c.get("cycles")) + held)
+        raise ExperimentError(unfinished(label, got["ended"], c.get("cycles"),
+                                         stuck="run ended {ended}") + held)
     counters = got["counters"]
     if counters["overflow"]:
         raise ExperimentError(f"{label}: a buffer overflowed (credit protocol broken)")
