@@ -20,6 +20,10 @@ RESULTS ?= results
 # under a key of their inputs; make report FRESH=1 simulates and proves all
 # again.
 FRESH_FLAG := $(if $(FRESH),--fresh)
+# Seconds Yosys and nextpnr may take on one synthesis unit (make synth
+# SYNTH_TIMEOUT=1800 on a slow machine); empty: fabricsim's default, 900.
+SYNTH_TIMEOUT ?=
+SYNTH_TIMEOUT_FLAG := $(if $(SYNTH_TIMEOUT),--timeout $(SYNTH_TIMEOUT))
 
 .PHONY: venv report test soak prove bench synth clean
 
@@ -73,7 +77,8 @@ bench: venv
 # next `make report` (or `fabricsim report`) shows.  A block a tool failed on
 # is in the table and fails the target after the sweep has run.
 synth: venv
-	@status=0; $(BIN)/fabricsim --build $(BUILD) --results $(RESULTS) synth || status=$$?; \
+	@status=0; $(BIN)/fabricsim --build $(BUILD) --results $(RESULTS) synth $(SYNTH_TIMEOUT_FLAG) \
+	    || status=$$?; \
 	  $(BIN)/fabricsim --build $(BUILD) --results $(RESULTS) sweep synth.tpc_arbiter \
 	    --grid flit_bytes=16,32,64 && exit $$status
 
