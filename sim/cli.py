@@ -672,7 +672,6 @@ def _cmd_run(args):
 
 def _cmd_sweep(args):
     from rich.console import Console
-    from rich.markup import escape
     from rich.table import Table
 
     from sim import sweep
@@ -699,9 +698,7 @@ def _cmd_sweep(args):
     run_root = Path(args.build) / "runs" / args.sim / "sweep" / f"{fabric}.{name}"
 
     def progress(done, total, point, error):
-        where = ", ".join(f"{k}={v}" for k, v in point.items())
-        status = f"[red]failed:[/red] {escape(str(error))}" if error else "done"
-        console.log(f"[{done}/{total}] {fabric}.{name} {escape(where)}: {status}")
+        console.log(sweep.progress_line(done, total, f"{fabric}.{name}", point, error))
     with sweep.outputs_checked(results_dir, f"{fabric}.{name}"):
         # after the results folder: a refused sweep makes no build folder
         _writable_folder(Path(args.build), "--build")

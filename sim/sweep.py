@@ -37,7 +37,7 @@ import tempfile
 from pathlib import Path
 
 __all__ = ["check_outputs", "grid_points", "map_tasks", "metric_rows", "outputs_checked",
-           "parse_grid", "plan_sweep", "run_sweep", "sweep_table", "write_sweep"]
+           "parse_grid", "plan_sweep", "progress_line", "run_sweep", "sweep_table", "write_sweep"]
 
 ENGINES = ("local", "dask")
 
@@ -271,6 +271,18 @@ def sweep_table(points, outcomes):
             table.append({"point": point, "quantity": row["quantity"], "model": row["model"],
                           "unit": row.get("unit", ""), "met": row_met(row)})
     return table
+
+
+def progress_line(done, total, label, point, error):
+    """The console line (rich markup) for a sweep point that finished:
+    ``"[done/total] label field=value, ...: done"``, or ``failed:`` and
+    ``error`` when it failed.  The point and the error are escaped, since
+    tool output (make's ``*** [file:line: target]``) is not markup."""
+    from rich.markup import escape
+
+    where = ", ".join(f"{k}={v}" for k, v in point.items())
+    status = f"[red]failed:[/red] {escape(str(error))}" if error else "done"
+    return f"[{done}/{total}] {label} {escape(where)}: {status}"
 
 
 def metric_rows(table, metric):

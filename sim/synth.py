@@ -1013,7 +1013,6 @@ def sweep(args):
         On an unknown block, field or value (naming the point).
     """
     from rich.console import Console
-    from rich.markup import escape
     from rich.table import Table
 
     from sim import sweep as sweeps
@@ -1032,9 +1031,7 @@ def sweep(args):
     device = block.devices[0]
 
     def progress(done, total, i, error):
-        where = ", ".join(f"{k}={v}" for k, v in points[i][0].items())
-        console.log(f"[{done}/{total}] synth.{name} {escape(where)}: "
-                    + (f"[red]failed:[/red] {escape(str(error))}" if error else "done"))
+        console.log(sweeps.progress_line(done, total, f"synth.{name}", points[i][0], error))
 
     with sweeps.outputs_checked(Path(args.results), f"synth.{name}"):
         console.log(f"synth.{name}: {len(points)} points on {device}, {args.engine}")
