@@ -49,7 +49,6 @@ cached), ``peak_rss_mib`` the simulator process's peak resident memory.
 
 from __future__ import annotations
 
-import argparse
 import math
 import multiprocessing
 import os
@@ -552,9 +551,9 @@ def main(argv=None):
     from rich.console import Console
     from rich.table import Table
 
-    from sim.cli import folder_option, write_json_atomically
+    from sim.cli import OneLineParser, folder_option, write_json_atomically
 
-    parser = argparse.ArgumentParser(prog="python -m sim.bench", description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="python -m sim.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("fabrics", nargs="*", metavar="FABRIC", default=list(WORKLOADS))
     parser.add_argument("--megacycles", type=float, default=None,
                         help="length of each workload, millions of main-clock cycles "
@@ -573,11 +572,16 @@ def main(argv=None):
             print(f"sim.bench: error: FABRIC must be one of {', '.join(WORKLOADS)}, "
                   f"not {fabric!r}", file=sys.stderr)
             return 2
-    if not (args.megacycles is None or 0 < args.megacycles <= 100) or args.pysim_cycles < 1 \
-            or not args.pysim_timeout > 0:
-        print("sim.bench: error: --megacycles must be in (0, 100], --pysim-cycles at least 1 "
-              "and --pysim-timeout positive", file=sys.stderr)
-        return 2
+    for bad, message in ((args.megacycles is not None and not 0 < args.megacycles <= 100,
+                          f"--megacycles must be above 0 and at most 100, not {args.megacycles}"),
+                         (args.pysim_cycles < 1,
+                          f"--pysim-cycles must be at least 1, not {args.pysim_cycles}"),
+                         (not args.pysim_timeout > 0,
+                          f"--pysim-timeout must be a positive number of seconds, "
+                          f"not {args.pysim_timeout}")):
+        if bad:
+            print(f"sim.bench: error: {message}", file=sys.stderr)
+            return 2
     console = Console(stderr=True, log_path=False)
     rows, skipped = [], []
     for fabric in args.fabrics:

@@ -15,7 +15,6 @@ nextpnr's report land in ``<build>/board/<board>-<block>/``.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
@@ -132,11 +131,10 @@ def build_on_board(block_name, board, build_dir, items=()):
 
 def main(argv=None):
     """``python -m sim.board``; returns the exit status (2 on bad input)."""
-    from sim.cli import UsageError, folder_option
+    from sim.cli import OneLineParser, UsageError, folder_option
     from sim.synth import load_config_file
 
-    parser = argparse.ArgumentParser(prog="python -m sim.board",
-                                     description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="python -m sim.board", description=__doc__.split("\n\n")[0])
     parser.add_argument("block", metavar="BLOCK")
     parser.add_argument("--board", default="ulx3s-85f", help=f"one of {', '.join(BOARDS)}")
     parser.add_argument("--build", type=folder_option, default="build")

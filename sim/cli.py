@@ -31,9 +31,9 @@ from pathlib import Path
 
 from sim.experiments import SetByExperiment
 
-__all__ = ["FieldSetByExperiment", "Job", "UsageError", "execute_job", "execute_or_error",
-           "generate", "job_run_folders", "job_verilog", "longest_first", "main",
-           "parse_overrides", "plan_job", "pool", "resolve_names", "runs_logged",
+__all__ = ["FieldSetByExperiment", "Job", "OneLineParser", "UsageError", "execute_job",
+           "execute_or_error", "folder_option", "generate", "job_run_folders", "job_verilog",
+           "jobs_option", "longest_first", "main", "parse_overrides", "plan_job", "pool", "resolve_names", "runs_logged",
            "write_json_atomically"]
 
 FABRICS = ("dsm", "mesh", "pcie")
@@ -49,12 +49,15 @@ class FieldSetByExperiment(UsageError):
     named on its own, skipped in a run of a whole fabric or of ``all``."""
 
 
-class _Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line (``fabricsim: error: ...``,
-    exit status 2) rather than the usage text and the error."""
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line, exit status 2, rather
+    than the usage text and the error: ``fabricsim: error: MESSAGE (see
+    fabricsim --help)``; for ``prog="python -m sim.prove"`` the line starts
+    ``sim.prove: error:``, as that tool's other errors do."""
 
     def error(self, message):
-        self.exit(2, f"fabricsim: error: {message} (see fabricsim --help)\n")
+        name = self.prog.removeprefix("python -m ")
+        self.exit(2, f"{name}: error: {message} (see {self.prog} --help)\n")
 
 
 def _writable_folder(path, what):
@@ -238,7 +241,7 @@ def folder_option(text):
 MAX_JOBS = 1024
 
 
-def _jobs(text):
+def jobs_option(text):
     """``--jobs`` value: an integer from 1 to :data:`MAX_JOBS`."""
     try:
         value = int(text)
@@ -756,7 +759,7 @@ def _cmd_report(args):
 
 def main(argv=None):
     """Entry point of the ``fabricsim`` command; returns the exit status."""
-    parser = _Parser(prog="fabricsim", description=__doc__.split("\n\n")[0].replace("``", ""))
+    parser = OneLineParser(prog="fabricsim", description=__doc__.split("\n\n")[0].replace("``", ""))
     parser.add_argument("--results", default="results", type=folder_option,
                         help="results folder (default: results)")
     parser.add_argument("--build", default="build", type=folder_option,
@@ -777,7 +780,7 @@ def main(argv=None):
                      help="simulate every run even where the build folder holds the result of "
                           "the same Verilog, testbench, plan and simulator (and store the new "
                           "results there)")
-    run.add_argument("--jobs", "-j", type=_jobs, default=os.cpu_count() or 1, metavar="N",
+    run.add_argument("--jobs", "-j", type=jobs_option, default=os.cpu_count() or 1, metavar="N",
                      help="experiments simulated at once (default: one per CPU)")
     sub.add_parser("report", help="write results/report.md from results/")
     swp = sub.add_parser("sweep", help="run one experiment (or synthesise one block: "
@@ -794,7 +797,7 @@ def main(argv=None):
                      help="a local process pool (default) or a Dask cluster")
     swp.add_argument("--scheduler", metavar="ADDRESS",
                      help="Dask scheduler address (default: start a local Dask cluster)")
-    swp.add_argument("--jobs", "-j", type=_jobs, default=os.cpu_count() or 1, metavar="N",
+    swp.add_argument("--jobs", "-j", type=jobs_option, default=os.cpu_count() or 1, metavar="N",
                      help="points simulated at once (default: one per CPU)")
     swp.add_argument("--metric", metavar="TEXT",
                      help="the row plotted: the first whose quantity starts with TEXT")
@@ -809,7 +812,7 @@ def main(argv=None):
                      help="only this target: ecp5 or ice40 (default: each block's targets)")
     syn.add_argument("--freq", type=float, metavar="MHZ",
                      help="timing target in MHz (default: ecp5 100, ice40 50)")
-    syn.add_argument("--jobs", "-j", type=_jobs, default=os.cpu_count() or 1, metavar="N",
+    syn.add_argument("--jobs", "-j", type=jobs_option, default=os.cpu_count() or 1, metavar="N",
                      help="blocks synthesised at once (default: one per CPU)")
     syn.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                      help=f"Yosys and nextpnr time allowed per block "

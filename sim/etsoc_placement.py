@@ -256,10 +256,11 @@ def _format_grid(placement: Placement, cols: int = 6, rows: int = 6) -> str:
 
 
 if __name__ == "__main__":
-    import argparse
     import time
 
-    argparse.ArgumentParser(
+    from sim.cli import OneLineParser
+
+    OneLineParser(
         prog="python -m sim.etsoc_placement",
         description="Search every placement of the 32 compute shires that meets the "
                     "seed's ring constraints and print the default one, its non-compute "

@@ -18,7 +18,6 @@ in ``build/proofs/<name>/cex.vcd``.
 
 # No `from __future__ import annotations`: Amaranth reads Component
 # annotations at run time.
-import argparse
 import json
 import os
 import re
@@ -895,17 +894,16 @@ def main(argv=None):
     from rich.markup import escape
     from rich.table import Table
 
-    from sim.cli import MAX_JOBS, _writable_folder, folder_option
+    from sim.cli import OneLineParser, _writable_folder, folder_option, jobs_option
 
-    parser = argparse.ArgumentParser(prog="python -m sim.prove",
-                                     description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="python -m sim.prove", description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", metavar="NAME", help="proofs to run (default: all)")
     parser.add_argument("--results", type=folder_option, default="results",
                         help="results folder (default: results)")
     parser.add_argument("--build", type=folder_option, default="build",
                         help="build folder; each proof works in <build>/proofs/<name> "
                              "(default: build)")
-    parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1,
+    parser.add_argument("-j", "--jobs", type=jobs_option, default=os.cpu_count() or 1,
                         help="proofs run at once (default: one per CPU)")
     parser.add_argument("--fresh", action="store_true",
                         help="run the solver even for a proof that passed before on the same "
@@ -913,10 +911,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     unknown = [n for n in args.names if n not in PROOFS]
     if unknown:
-        print(f"unknown proof {unknown[0]!r}; allowed: {', '.join(PROOFS)}", file=sys.stderr)
-        return 2
-    if not 1 <= args.jobs <= MAX_JOBS:
-        print(f"jobs must be an integer from 1 to {MAX_JOBS}, not {args.jobs}", file=sys.stderr)
+        print(f"sim.prove: error: NAME must be one of {', '.join(PROOFS)}, not "
+              f"{unknown[0]!r}", file=sys.stderr)
         return 2
     try:
         # Checked before the proofs, whose table would otherwise be lost.

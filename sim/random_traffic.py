@@ -371,13 +371,12 @@ def main(argv=None):
     int
         0 if every run arrived intact, 1 if one did not, 2 on bad arguments.
     """
-    import argparse
     import sys
 
-    from sim.cli import _writable_folder, folder_option
+    from sim.cli import OneLineParser, _writable_folder, folder_option, jobs_option
 
-    parser = argparse.ArgumentParser(prog="python -m sim.random_traffic",
-                                     description=__doc__.split("\n\n")[0])
+    parser = OneLineParser(prog="python -m sim.random_traffic",
+                           description=__doc__.split("\n\n")[0])
     parser.add_argument("fabrics", nargs="*", metavar="FABRIC",
                         help=f"fabrics (default: all of {', '.join(FABRICS)})")
     parser.add_argument("--seeds", type=int, default=2, metavar="N",
@@ -391,7 +390,8 @@ def main(argv=None):
                         help="results folder (default: results)")
     parser.add_argument("--build", type=folder_option, default="build",
                         help="build folder (default: build)")
-    parser.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
+    parser.add_argument("-j", "--jobs", type=jobs_option, default=os.cpu_count() or 1,
+                        metavar="N",
                         help="fabrics simulated at once (default: one per CPU)")
     parser.add_argument("--fresh", action="store_true",
                         help="simulate even where the build folder holds the result of the "
@@ -399,13 +399,12 @@ def main(argv=None):
     args = parser.parse_args(argv)
     bad = [f for f in args.fabrics if f not in FABRICS]
     if bad:
-        print(f"fabric must be one of {', '.join(FABRICS)}, not {bad[0]!r}", file=sys.stderr)
+        print(f"sim.random_traffic: error: FABRIC must be one of {', '.join(FABRICS)}, "
+              f"not {bad[0]!r}", file=sys.stderr)
         return 2
     if not args.seed and args.seeds < 1:
-        print(f"seeds must be at least 1, not {args.seeds}", file=sys.stderr)
-        return 2
-    if args.jobs < 1:
-        print(f"jobs must be at least 1, not {args.jobs}", file=sys.stderr)
+        print(f"sim.random_traffic: error: --seeds must be at least 1, not {args.seeds}",
+              file=sys.stderr)
         return 2
     from sim.toolchain import check_simulator
     try:

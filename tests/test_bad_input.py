@@ -7,6 +7,8 @@ request never leaves a result behind that could pass for a good one.
 """
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -462,6 +464,44 @@ def test_python_m_sim_cli_gives_one_line_for_errors_raised_outside_it(tmp_path):
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip().splitlines() == [
         "fabricsim: error: --grid must be given at least once (FIELD=V1,V2,...)"]
+
+
+@pytest.mark.parametrize("tool", ["bench", "board", "prove", "random_traffic",
+                                  "etsoc_placement"])
+def test_the_other_tools_give_one_line_for_an_unknown_option(tool, tmp_path):
+    # As the user runs them (python -m sim.TOOL), before any build or search.
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-m", f"sim.{tool}", "--no-such-option"],
+                          capture_output=True, text=True, check=False, timeout=120,
+                          cwd=tmp_path, env={**os.environ,
+                                             "PYTHONPATH": str(Path(__file__).parents[1])})
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith(f"sim.{tool}: error: ")
+    assert line.endswith(f" (see python -m sim.{tool} --help)")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("bad, message", [
+    (["--megacycles", "0"], "--megacycles must be above 0 and at most 100, not 0.0"),
+    (["--pysim-cycles", "0"], "--pysim-cycles must be at least 1, not 0"),
+    (["--pysim-timeout", "-1"], "--pysim-timeout must be a positive number of seconds, not -1.0"),
+])
+def test_the_bench_names_the_option_it_refuses(bad, message, capsys):
+    from sim import bench
+    assert bench.main(bad) == 2
+    assert capsys.readouterr().err == f"sim.bench: error: {message}\n"
+
+
+def test_prove_names_its_jobs_option(capsys):
+    from sim import prove
+    with pytest.raises(SystemExit) as exit_:
+        prove.main(["--jobs", "0"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == (
+        "sim.prove: error: argument -j/--jobs: --jobs must be an integer from 1 to 1024, "
+        "not '0' (see python -m sim.prove --help)\n")
 
 
 @pytest.mark.parametrize("tool", ["random_traffic", "prove"])

@@ -40,11 +40,17 @@ def test_a_seed_draws_the_same_runs_every_time(fabric):
 
 
 def test_main_rejects_bad_arguments(tmp_path, capsys):
-    for argv, field in ((["noc"], "fabric"), (["dsm", "--sim", "vcs"], "sim"),
-                        (["dsm", "--seeds", "0"], "seeds"), (["dsm", "--jobs", "0"], "jobs")):
+    for argv, field in ((["noc"], "FABRIC"), (["dsm", "--sim", "vcs"], "sim"),
+                        (["dsm", "--seeds", "0"], "--seeds")):
         assert random_traffic.main([*argv, "--results", str(tmp_path)]) == 2
         err = capsys.readouterr().err.strip()
-        assert err.startswith(field) and "\n" not in err
+        assert err.startswith(f"sim.random_traffic: error: {field}") and "\n" not in err
+    with pytest.raises(SystemExit) as exit_:
+        random_traffic.main(["dsm", "--jobs", "0", "--results", str(tmp_path)])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == (
+        "sim.random_traffic: error: argument -j/--jobs: --jobs must be an integer from 1 to "
+        "1024, not '0' (see python -m sim.random_traffic --help)\n")
     assert not (tmp_path / "random.json").exists()
 
 
