@@ -52,12 +52,15 @@ class FieldSetByExperiment(UsageError):
 class OneLineParser(argparse.ArgumentParser):
     """An argument parser whose errors are one line, exit status 2, rather
     than the usage text and the error: ``fabricsim: error: MESSAGE (see
-    fabricsim --help)``; for ``prog="python -m sim.prove"`` the line starts
-    ``sim.prove: error:``, as that tool's other errors do."""
+    fabricsim --help)``, for a subcommand's parser too; for
+    ``prog="python -m sim.prove"`` the line starts ``sim.prove: error:``, as
+    that tool's other errors do."""
 
     def error(self, message):
-        name = self.prog.removeprefix("python -m ")
-        self.exit(2, f"{name}: error: {message} (see {self.prog} --help)\n")
+        words = self.prog.split()
+        name = words[2] if words[:2] == ["python", "-m"] else words[0]
+        command = f"python -m {name}" if words[:2] == ["python", "-m"] else name
+        self.exit(2, f"{name}: error: {message} (see {command} --help)\n")
 
 
 def _writable_folder(path, what):
