@@ -120,7 +120,8 @@ class DsmConfig(ConfigBase):
         need("max_unacked_store_flits", self.max_unacked_store_flits <= 65535,
              "an integer from 1 to 65535")
         need("ack_threshold_flits", self.ack_threshold_flits <= 65535, "an integer from 1 to 65535")
-        need("request_queue_flits", self.request_queue_flits <= 256, "an integer from 1 to 256")
+        for name in ("request_queue_flits", "responder_queue", "link_buffer_flits"):
+            need(name, getattr(self, name) <= 256, "an integer from 1 to 256")
         need("watchdog_cycles", self.watchdog_cycles <= 1 << 30, "an integer from 1 to 1073741824")
         need("read_turnaround_cycles", isinstance(self.read_turnaround_cycles, int)
              and 0 <= self.read_turnaround_cycles <= 255, "an integer from 0 to 255")
