@@ -12,14 +12,21 @@ STAMP := $(VENV)/.fabricsim-installed
 # ran; a package that appears later needs one reinstall to be importable.
 PACKAGES := $(wildcard hdl/__init__.py sim/__init__.py testbenches/__init__.py)
 
+# Checked here, before the proofs that make report runs first.
+ifneq ($(filter-out verilator icarus,$(SIM))$(words $(SIM)),1)
+  $(error SIM must be verilator or icarus, not '$(SIM)')
+endif
 export FABRICSIM_SIM := $(SIM)
 # Where builds and results go (make report BUILD=/tmp/b RESULTS=/tmp/r).
 BUILD ?= build
 RESULTS ?= results
 # The build folder keeps each simulation's result and each passed proof
 # under a key of their inputs; make report FRESH=1 simulates and proves all
-# again.
-FRESH_FLAG := $(if $(FRESH),--fresh)
+# again (FRESH=0, or FRESH unset, does not).
+ifneq ($(filter-out 0 1,$(FRESH))$(word 2,$(FRESH)),)
+  $(error FRESH must be 1 or 0, not '$(FRESH)')
+endif
+FRESH_FLAG := $(if $(filter 1,$(FRESH)),--fresh)
 # Seconds Yosys and nextpnr may take on one synthesis unit (make synth
 # SYNTH_TIMEOUT=1800 on a slow machine); empty: fabricsim's default, 900.
 SYNTH_TIMEOUT ?=
@@ -43,6 +50,7 @@ $(STAMP): pyproject.toml $(PACKAGES)
 # fabrics on two cores, it left a core idle for about a minute.
 report: venv
 	@status=0; $(BIN)/python -m sim.prove --build $(BUILD) --results $(RESULTS) $(FRESH_FLAG) || status=$$?; \
+	  test $$status -ne 2 || exit 2; \
 	  $(BIN)/fabricsim --build $(BUILD) --results $(RESULTS) run all $(FRESH_FLAG) && \
 	  { $(BIN)/python -m sim.random_traffic --build $(BUILD) --results $(RESULTS) $(FRESH_FLAG) || status=$$?; } && \
 	  $(BIN)/fabricsim --build $(BUILD) --results $(RESULTS) report && exit $$status
@@ -75,10 +83,11 @@ bench: venv
 # and iCE40 where a block fits), then a flit-width sweep of the TPC arbiter;
 # writes results/synth.json and results/sweep/synth.tpc_arbiter.*, which the
 # next `make report` (or `fabricsim report`) shows.  A block a tool failed on
-# is in the table and fails the target after the sweep has run.
+# is in the table and fails the target after the sweep has run; refused
+# input (exit status 2) stops it before the sweep.
 synth: venv
 	@status=0; $(BIN)/fabricsim --build $(BUILD) --results $(RESULTS) synth $(SYNTH_TIMEOUT_FLAG) \
-	    || status=$$?; \
+	    || status=$$?; test $$status -ne 2 || exit 2; \
 	  $(BIN)/fabricsim --build $(BUILD) --results $(RESULTS) sweep synth.tpc_arbiter \
 	    --grid flit_bytes=16,32,64 && exit $$status
 

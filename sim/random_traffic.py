@@ -383,7 +383,9 @@ def main(argv=None):
                         help="run seeds 1 to N (default 2)")
     parser.add_argument("--seed", type=int, action="append", default=[], metavar="S",
                         help="run seed S (repeatable; overrides --seeds)")
-    parser.add_argument("--sim", default="verilator", help="verilator (default) or icarus")
+    parser.add_argument("--sim", default=os.environ.get("FABRICSIM_SIM", "verilator"),
+                        help="verilator (the default, or $FABRICSIM_SIM, which make's SIM "
+                             "sets) or icarus")
     parser.add_argument("--small", action="store_true", default=None,
                         help="small payloads and mesh (the default under icarus)")
     parser.add_argument("--results", type=folder_option, default="results",
