@@ -551,7 +551,8 @@ def main(argv=None):
     from rich.console import Console
     from rich.table import Table
 
-    from sim.cli import OneLineParser, folder_option, write_json_atomically
+    from sim.cli import OneLineParser, UsageError, _writable_folders, folder_option, \
+        write_json_atomically
 
     parser = OneLineParser(prog="python -m sim.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("fabrics", nargs="*", metavar="FABRIC", default=list(WORKLOADS))
@@ -582,6 +583,12 @@ def main(argv=None):
         if bad:
             print(f"sim.bench: error: {message}", file=sys.stderr)
             return 2
+    try:
+        # Checked before the benchmarks, whose rows would otherwise be lost.
+        _writable_folders((Path(args.build), "--build"), (Path(args.results), "--results"))
+    except UsageError as error:
+        print(f"sim.bench: error: {error}", file=sys.stderr)
+        return 2
     console = Console(stderr=True, log_path=False)
     rows, skipped = [], []
     for fabric in args.fabrics:

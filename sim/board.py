@@ -101,21 +101,25 @@ def build_on_board(block_name, board, build_dir, items=()):
     Raises
     ------
     UsageError
-        On an unknown block or board, or a block with more than one clock domain.
+        On an unknown block or board, a fabric top (more than one clock
+        domain), or a build folder that cannot be written.
     amaranth.build.run.BuildError
         If a tool fails (a block that does not fit the board's device).
     """
     import importlib
 
-    from sim.cli import UsageError
-    from sim.synth import block_config, block_named, yowasp_tool
+    from sim.cli import UsageError, _writable_folders
+    from sim.synth import BLOCKS, block_config, yowasp_tool
 
-    block = block_named(block_name)
+    blocks = [name for name, b in BLOCKS.items() if not b.top]
+    if block_name not in blocks:
+        top = (f" (a fabric top: the tops have more than one clock domain or need a "
+               f"register host)" if block_name in BLOCKS else "")
+        raise UsageError(f"BLOCK must be one of {', '.join(blocks)}, not {block_name!r}{top}")
+    block = BLOCKS[block_name]
     if board not in BOARDS:
         raise UsageError(f"--board must be one of {', '.join(BOARDS)}, not {board!r}")
-    if block.top:
-        raise UsageError(f"BLOCK must be a block, not a fabric top ({block_name}); the tops "
-                         "have more than one clock domain or need a register host")
+    _writable_folders((Path(build_dir), "--build"))
     module, cls, tools = BOARDS[board]
     platform = getattr(importlib.import_module(module), cls)()
     for var, tool in tools.items():

@@ -84,6 +84,31 @@ def _writable_folder(path, what):
     return created
 
 
+def _writable_folders(*folders):
+    """Check each ``(path, what)`` of ``folders`` in order as
+    :func:`_writable_folder` does.  Returns the folders it created, missing
+    parents included, deepest first (the order :func:`_remove_if_empty`
+    needs).
+
+    Raises
+    ------
+    UsageError
+        As :func:`_writable_folder`, for the first folder refused; the
+        folders created for the others are removed again first, so a refused
+        command leaves none behind.
+    """
+    made = []
+    try:
+        for path, what in folders:
+            path = Path(path)
+            made += [f for f in (path, *path.parents) if not f.exists()]
+            _writable_folder(path, what)
+    except UsageError:
+        _remove_if_empty(sorted(made, key=lambda f: -len(f.absolute().parts)))
+        raise
+    return sorted(made, key=lambda f: -len(f.absolute().parts))
+
+
 def _remove_if_empty(folders):
     """Remove each folder of ``folders`` (in order) that exists and is empty."""
     for folder in folders:
@@ -585,19 +610,13 @@ def _cmd_run(args):
         if out.is_dir():
             raise UsageError(f"--results must leave {str(out)!r} free for {job.fabric}."
                              f"{job.name}'s results, but it is a folder")
-    new_results_dir = _writable_folder(results_dir, "--results")
     # Each fabric's results go to a folder of its own, checked now rather than
-    # after its simulations; the folders are removed again, if left empty,
-    # whether the run goes on or is refused below.
-    new_fabric_dirs = []
-    try:
-        for fabric in dict.fromkeys(j.fabric for j in jobs):
-            if _writable_folder(results_dir / fabric, "--results"):
-                new_fabric_dirs.append(results_dir / fabric)
-        _writable_folder(Path(args.build), "--build")
-    except UsageError:
-        _remove_if_empty(new_fabric_dirs + ([results_dir] if new_results_dir else []))
-        raise
+    # after its simulations; the folders made are removed again, if left
+    # empty, whether the run goes on or is refused.
+    made = _writable_folders((results_dir, "--results"),
+                             *((results_dir / f, "--results")
+                               for f in dict.fromkeys(j.fabric for j in jobs)),
+                             (Path(args.build), "--build"))
     run_root = Path(args.build) / "runs" / args.sim
     builds = list(dict.fromkeys(b for job in jobs for b in job_verilog(job)))
     failed = False
@@ -672,7 +691,7 @@ def _cmd_run(args):
                         console.log(f"{job.fabric}.{job.name}: {n_runs} runs in {seconds:.0f} s, "
                                     f"{how}, {_rows_met_text(data['rows'])} rows met -> {out}")
     finally:
-        _remove_if_empty(new_fabric_dirs + ([results_dir] if new_results_dir else []))
+        _remove_if_empty(made)
     return 1 if failed else 0
 
 
@@ -705,9 +724,7 @@ def _cmd_sweep(args):
 
     def progress(done, total, point, error):
         console.log(sweep.progress_line(done, total, f"{fabric}.{name}", point, error))
-    with sweep.outputs_checked(results_dir, f"{fabric}.{name}"):
-        # after the results folder: a refused sweep makes no build folder
-        _writable_folder(Path(args.build), "--build")
+    with sweep.outputs_checked(results_dir, f"{fabric}.{name}", args.build):
         console.log(f"{fabric}.{name}: {len(points)} point{'s' * (len(points) != 1)} on "
                     f"{args.engine}"
                     + (f" ({args.scheduler})" if args.scheduler else f", {args.jobs} at a time"))

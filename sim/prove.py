@@ -894,7 +894,7 @@ def main(argv=None):
     from rich.markup import escape
     from rich.table import Table
 
-    from sim.cli import OneLineParser, _writable_folder, folder_option, jobs_option
+    from sim.cli import OneLineParser, _writable_folders, folder_option, jobs_option
 
     parser = OneLineParser(prog="python -m sim.prove", description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", metavar="NAME", help="proofs to run (default: all)")
@@ -916,8 +916,7 @@ def main(argv=None):
         return 2
     try:
         # Checked before the proofs, whose table would otherwise be lost.
-        _writable_folder(Path(args.build), "--build")
-        _writable_folder(Path(args.results), "--results")
+        _writable_folders((Path(args.build), "--build"), (Path(args.results), "--results"))
     except ValueError as error:
         print(f"sim.prove: error: {error}", file=sys.stderr)
         return 2

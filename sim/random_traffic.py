@@ -373,7 +373,7 @@ def main(argv=None):
     """
     import sys
 
-    from sim.cli import OneLineParser, _writable_folder, folder_option, jobs_option
+    from sim.cli import OneLineParser, _writable_folders, folder_option, jobs_option
 
     parser = OneLineParser(prog="python -m sim.random_traffic",
                            description=__doc__.split("\n\n")[0])
@@ -413,8 +413,8 @@ def main(argv=None):
         check_simulator(args.sim)
         # Checked now, not after the simulations: a results path that is a
         # file would otherwise lose their work.
-        _writable_folder(Path(args.build), "--build")
-        created = _writable_folder(Path(args.results), "--results")
+        created = Path(args.results) in _writable_folders((Path(args.build), "--build"),
+                                                          (Path(args.results), "--results"))
     except (ValueError, RuntimeError) as error:
         print(f"sim.random_traffic: error: {error}", file=sys.stderr)
         return 2

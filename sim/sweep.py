@@ -155,10 +155,11 @@ def run_sweep(points, sim, build_root, run_root, engine="local", jobs=1, schedul
     UsageError
         If ``engine`` is unknown or the Dask scheduler cannot be reached.
     """
-    from sim.cli import execute_or_error, generate, job_verilog
+    from sim.cli import UsageError, _remove_if_empty, execute_or_error, generate, job_verilog
 
     build_root, run_root = str(Path(build_root).resolve()), Path(run_root).resolve()
     # A folder of its own, so two sweeps of one experiment never share run files.
+    made = [f for f in (run_root, *run_root.parents) if not f.exists()]
     run_root.mkdir(parents=True, exist_ok=True)
     run_root = Path(tempfile.mkdtemp(prefix="sweep-", dir=run_root))
     builds = list(dict.fromkeys(b for _, job in points for b in job_verilog(job)))
@@ -172,9 +173,14 @@ def run_sweep(points, sim, build_root, run_root, engine="local", jobs=1, schedul
         progress(done, total, points[i][0], error)
 
     # A configuration that fails to generate fails its points, each listed.
-    return map_tasks(execute_or_error, tasks, engine, jobs, scheduler,
-                     progress=point_progress if progress else None, outcome=outcome,
-                     prepare=[(generate, (f, hw, build_root)) for f, hw in builds])
+    try:
+        return map_tasks(execute_or_error, tasks, engine, jobs, scheduler,
+                         progress=point_progress if progress else None, outcome=outcome,
+                         prepare=[(generate, (f, hw, build_root)) for f, hw in builds])
+    except UsageError:
+        # refused before any point ran (an unreachable scheduler): no run folder
+        _remove_if_empty([run_root, *made])
+        raise
 
 
 def _as_pair(value):
@@ -333,23 +339,26 @@ def check_outputs(results_dir, stem):
 
 
 @contextlib.contextmanager
-def outputs_checked(results_dir, stem):
-    """Context in which a sweep's points run: :func:`check_outputs` on entry;
-    if anything inside raises (a scheduler that cannot be reached, an
-    interrupt), the folders it made are removed again while still empty.
+def outputs_checked(results_dir, stem, build_dir):
+    """Context in which a sweep's points run: :func:`check_outputs` on entry,
+    then the build folder ``build_dir``; if either is refused, or anything
+    inside raises (a scheduler that cannot be reached, an interrupt), the
+    folders it made are removed again while still empty.
 
     Raises
     ------
     sim.cli.UsageError
-        As :func:`check_outputs`.
+        As :func:`check_outputs`, or naming ``--build`` if ``build_dir``
+        cannot be written.
     """
-    from sim.cli import _remove_if_empty
+    from sim.cli import _remove_if_empty, _writable_folders
 
     made = check_outputs(results_dir, stem)
     try:
+        made += _writable_folders((Path(build_dir), "--build"))
         yield
     except BaseException:
-        _remove_if_empty(made)
+        _remove_if_empty(sorted(made, key=lambda f: -len(f.absolute().parts)))
         raise
 
 

@@ -936,7 +936,7 @@ def main(args):
     from rich.markup import escape
     from rich.table import Table
 
-    from sim.cli import (DURATIONS_NAME, UsageError, _read_durations, _writable_folder, pool,
+    from sim.cli import (DURATIONS_NAME, UsageError, _read_durations, _writable_folders, pool,
                          write_json_atomically)
     from sim.report import _count_text
 
@@ -948,8 +948,7 @@ def main(args):
     if not args.timeout > 0:
         raise UsageError(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
     results_dir, build = Path(args.results), Path(args.build)
-    _writable_folder(results_dir, "--results")
-    _writable_folder(build, "--build")
+    _writable_folders((results_dir, "--results"), (build, "--build"))
     rows = [None] * len(tasks)
     durations_path = build / "synth" / DURATIONS_NAME
     durations = _read_durations(durations_path)
@@ -1016,7 +1015,7 @@ def sweep(args):
     from rich.table import Table
 
     from sim import sweep as sweeps
-    from sim.cli import UsageError, _writable_folder
+    from sim.cli import UsageError
 
     name = args.name.partition(".")[2]
     if name not in BLOCKS:
@@ -1026,14 +1025,13 @@ def sweep(args):
     grid = sweeps.parse_grid(_config_class(block.fabric), args.grid)
     points = [(point, tuple(items)) for point, items, _ in
               sweeps.grid_points(grid, args.set, lambda items: block_config(block, items))]
-    _writable_folder(Path(args.build), "--build")
     console = Console(stderr=True, log_path=False)
     device = block.devices[0]
 
     def progress(done, total, i, error):
         console.log(sweeps.progress_line(done, total, f"synth.{name}", points[i][0], error))
 
-    with sweeps.outputs_checked(Path(args.results), f"synth.{name}"):
+    with sweeps.outputs_checked(Path(args.results), f"synth.{name}", args.build):
         console.log(f"synth.{name}: {len(points)} points on {device}, {args.engine}")
         outcomes = sweeps.map_tasks(
             synthesise_or_error,

@@ -470,6 +470,40 @@ def test_python_m_sim_cli_gives_one_line_for_errors_raised_outside_it(tmp_path):
         "fabricsim: error: --grid must be given at least once (FIELD=V1,V2,...)"]
 
 
+@pytest.mark.parametrize("argv", [
+    ["--results", "r1/r2", "--build", "afile", "run", "dsm.one_way"],
+    ["--results", "r1/r2", "--build", "afile", "synth", "shaper"],
+    ["--results", "afile", "--build", "b1/b2", "sweep", "synth.shaper",
+     "--grid", "flit_bytes=16,32"],
+    ["--results", "afile", "--build", "b1/b2", "sweep", "pcie.peer_copy",
+     "--grid", "lanes=8,16"],
+], ids=["run", "synth", "synth-sweep", "sweep"])
+def test_a_command_refused_for_one_folder_leaves_the_other_uncreated(argv, tmp_path, capsys,
+                                                                       monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("")
+    assert main(argv) == 2
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    assert "must be a folder fabricsim can write" in err and "afile" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+@pytest.mark.parametrize("tool, argv", [
+    ("prove", []), ("random_traffic", ["dsm"]), ("bench", ["dsm"]), ("board", ["shaper"])])
+def test_the_other_tools_refuse_a_folder_before_making_the_other(tool, argv, tmp_path, capsys,
+                                                                 monkeypatch):
+    import importlib
+    module = importlib.import_module(f"sim.{tool}")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("")
+    folders = ["--build", "afile"] if tool == "board" else ["--build", "b1/b2",
+                                                            "--results", "afile"]
+    assert module.main([*argv, *folders]) == 2
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    assert err.startswith(f"sim.{tool}: error: --") and "afile" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
 @pytest.mark.parametrize("tool", ["bench", "board", "prove", "random_traffic",
                                   "etsoc_placement"])
 def test_the_other_tools_give_one_line_for_an_unknown_option(tool, tmp_path):

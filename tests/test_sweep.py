@@ -100,6 +100,23 @@ def test_a_sweep_that_fails_to_run_leaves_no_empty_folder(tmp_path, monkeypatch,
         main(argv)
     assert not (results / "sweep").exists()
     assert results.exists() == (tmp_path / "out").exists() == existed
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_sweep_refused_by_its_scheduler_leaves_no_run_folder(tmp_path, monkeypatch):
+    from sim.cli import UsageError
+
+    def refused(*args, **kwargs):
+        raise UsageError("--scheduler must be the address of a running Dask scheduler")
+
+    monkeypatch.setattr(sweep, "map_tasks", refused)
+    build = tmp_path / "b"
+    (build / "verilog").mkdir(parents=True)     # a build folder in use stays
+    assert main(["--results", str(tmp_path / "r"), "--build", str(build), "sweep",
+                 "pcie.peer_copy", "--grid", "lanes=8,16", "--engine", "dask",
+                 "--scheduler", "tcp://x:1"]) == 2
+    assert [p.name for p in build.iterdir()] == ["verilog"]
+    assert not (tmp_path / "r").exists()
 
 
 def test_a_failed_point_is_listed_with_its_error(tmp_path):
