@@ -706,7 +706,11 @@ def _cmd_sweep(args):
         raise UsageError("--scheduler needs --engine dask")
     if args.name.startswith("synth."):
         from sim import synth
+        if args.sim is not None:
+            raise UsageError(f"--sim does not apply to {args.name} (synthesis runs Yosys and "
+                             f"nextpnr, no simulator); leave it out, not {args.sim!r}")
         return synth.sweep(args)
+    args.sim = os.environ.get("FABRICSIM_SIM", "verilator")
     console = Console(stderr=True, log_path=False)
     pairs = resolve_names([args.name])
     if len(pairs) != 1 or "." not in args.name:
@@ -811,8 +815,9 @@ def main(argv=None):
                           "field); repeat for a product grid")
     swp.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                      help="a configuration field held at a value at every point (repeatable)")
-    swp.add_argument("--sim", default=os.environ.get("FABRICSIM_SIM", "verilator"),
-                     help="simulator: verilator (the default, or $FABRICSIM_SIM) or icarus")
+    swp.add_argument("--sim", default=None,
+                     help="simulator: verilator (the default, or $FABRICSIM_SIM) or icarus; "
+                          "not for synth.BLOCK")
     swp.add_argument("--engine", default="local", choices=("local", "dask"),
                      help="a local process pool (default) or a Dask cluster")
     swp.add_argument("--scheduler", metavar="ADDRESS",

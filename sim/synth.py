@@ -87,8 +87,8 @@ from pathlib import Path
 from sim.toolchain import prepare_yowasp
 
 __all__ = ["BLOCKS", "DEVICES", "LARGE_DESIGN_LUTS", "LARGE_DESIGN_OPTIONS", "SMALL_BLOCKS",
-           "SMALL_TOPS", "Block", "Device", "block_config", "block_named", "load_config_file",
-           "main", "start_order", "synthesise", "tool_versions", "unit_name", "yowasp_tool"]
+           "SMALL_TOPS", "Block", "Device", "block_config", "block_named", "check_config",
+           "load_config_file", "main", "start_order", "synthesise", "tool_versions", "unit_name", "yowasp_tool"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -473,6 +473,13 @@ def _config_class(fabric):
     return _fabric(fabric).config
 
 
+def _structural_fields(fabric):
+    """Names of the fields of ``fabric``'s configuration that shape the
+    hardware (the only ones synthesis takes)."""
+    return [f.name for f in dataclasses.fields(_config_class(fabric))
+            if f.metadata.get("structural")]
+
+
 def _flatten(value):
     if isinstance(value, (list, tuple)):
         for item in value:
@@ -517,8 +524,9 @@ def load_config_file(path):
     ------
     UsageError
         If the file cannot be read, is not UTF-8 or not TOML, or has a table
-        that is not a fabric's, a field its fabric's configuration does not
-        have, or a value of the wrong TOML type (a string for a number, say).
+        that is not a fabric's, a field that is not one of its fabric's
+        structural fields (a run-time field changes no hardware), or a value
+        of the wrong TOML type (a string for a number, say).
     """
     from sim.cli import FABRICS, UsageError
 
@@ -534,21 +542,44 @@ def load_config_file(path):
         raise UsageError(f"--config {path}: not valid TOML ({error})") from None
     out = {}
     for fabric, table in data.items():
-        if fabric not in FABRICS or not isinstance(table, dict):
+        if fabric not in FABRICS:
             raise UsageError(f"--config tables must be among {', '.join(FABRICS)}, "
                              f"not {fabric!r}")
+        if not isinstance(table, dict):
+            raise UsageError(f"--config {path}: {fabric} must be one table, [{fabric}], "
+                             f"not {type(table).__name__} {table!r}")
         defaults = _config_class(fabric)()
-        fields = [f.name for f in dataclasses.fields(defaults)]
+        fields = _structural_fields(fabric)
         for name, value in table.items():
             if name not in fields:
-                raise UsageError(f"--config {path}: [{fabric}] fields must be among "
-                                 f"{', '.join(fields)}, not {name!r}")
+                # run-time fields (cluster_size, say) change no hardware
+                raise UsageError(f"--config {path}: [{fabric}] fields must be among its "
+                                 f"structural ones, {', '.join(fields)}, not {name!r}")
             kind = _toml_kind_error(getattr(defaults, name), value)
             if kind is not None:
                 raise UsageError(f"--config {path}: [{fabric}] {name} must be {kind}, "
                                  f"not {value!r}")
         out[fabric] = [_set_item(k, v) for k, v in table.items()]
     return out
+
+
+def check_config(config):
+    """Check every table of ``config`` (:func:`load_config_file`'s
+    ``{fabric: [FIELD=VALUE, ...]}``) as its fabric's configuration, also the
+    tables of fabrics that nothing being built belongs to.
+
+    Raises
+    ------
+    UsageError
+        On a bad value, naming the table and the field.
+    """
+    from sim.cli import UsageError, parse_overrides
+
+    for fabric, items in config.items():
+        try:
+            parse_overrides(_config_class(fabric), items)
+        except UsageError as error:
+            raise UsageError(f"--config [{fabric}]: {error}") from None
 
 
 def block_config(block, items=()):
@@ -891,8 +922,8 @@ def plan(blocks=(), devices=(), config=None):
     Raises
     ------
     UsageError
-        On an unknown block or device, or a bad configuration field (checked
-        here, before anything runs).
+        On an unknown block or device, or a bad configuration field of any
+        fabric (checked here, before anything runs).
     """
     from sim.cli import UsageError
 
@@ -901,6 +932,7 @@ def plan(blocks=(), devices=(), config=None):
     for name in devices:
         _device_named(name)
     config = config or {}
+    check_config(config)
     blocks = list(dict.fromkeys(blocks))      # each once, however often named
     out = []
     for name in blocks or BLOCKS:
@@ -1022,9 +1054,26 @@ def sweep(args):
         raise UsageError(f"NAME must be synth.BLOCK with BLOCK one of {', '.join(BLOCKS)}, "
                          f"not {args.name!r}")
     block = BLOCKS[name]
+    quantities = [q for _, q, _ in SWEEP_QUANTITIES]
+    if args.metric is not None and not any(q.startswith(args.metric) for q in quantities):
+        raise UsageError(f"--metric must start one of {', '.join(quantities)} for "
+                         f"{args.name}, not {args.metric!r}")
+    structural = _structural_fields(block.fabric)
     grid = sweeps.parse_grid(_config_class(block.fabric), args.grid)
-    points = [(point, tuple(items)) for point, items, _ in
-              sweeps.grid_points(grid, args.set, lambda items: block_config(block, items))]
+    for field in [f for f, _ in grid] + [i.partition("=")[0] for i in args.set]:
+        if field not in structural:
+            raise UsageError(f"{args.name} takes only structural fields of {block.fabric} "
+                             f"(the others change no hardware): one of "
+                             f"{', '.join(structural)}, not {field!r}")
+    points, seen = [], {}
+    for point, items, cfg in sweeps.grid_points(grid, args.set,
+                                                lambda items: block_config(block, items)):
+        where = sweeps._where(point)
+        if cfg in seen:
+            raise UsageError(f"sweep points {seen[cfg]} and {where} are the same "
+                             "configuration; list each value once")
+        seen[cfg] = where
+        points.append((point, tuple(items)))
     console = Console(stderr=True, log_path=False)
     device = block.devices[0]
 

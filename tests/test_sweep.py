@@ -73,6 +73,19 @@ def test_a_bad_point_names_the_point():
     (["sweep", "pcie.peer_copy", "--grid", "lanes=8,99"], "sweep point lanes=99"),
     (["sweep", "pcie.peer_copy"], "--grid must be given at least once"),
     (["sweep", "pcie.nothing", "--grid", "lanes=8"], "experiment must be one of"),
+    # synthesis sweeps: structural fields only, each configuration once, no simulator
+    (["sweep", "synth.shaper", "--grid", "shaper_flits=1,2"],
+     "synth.shaper takes only structural fields of dsm (the others change no hardware): "
+     "one of cpcs,"),
+    (["sweep", "synth.pcie_link", "--grid", "datapath_bytes=32", "--set", "lanes=4"],
+     "synth.pcie_link takes only structural fields of pcie"),
+    (["sweep", "synth.shaper", "--grid", "flit_bytes=16,0x10"],
+     "sweep points flit_bytes=16 and flit_bytes=0x10 are the same configuration"),
+    (["sweep", "synth.shaper", "--grid", "flit_bytes=16,32", "--sim", "icarus"],
+     "--sim does not apply to synth.shaper"),
+    (["sweep", "synth.shaper", "--grid", "flit_bytes=16,32", "--metric", "area"],
+     "--metric must start one of LUTs, flip-flops, block RAMs, Fmax for synth.shaper, "
+     "not 'area'"),
 ])
 def test_bad_sweep_requests_exit_2_with_one_line(tmp_path, capsys, argv, message):
     status = main(["--results", str(tmp_path / "r"), "--build", str(tmp_path / "b"), *argv])

@@ -137,14 +137,27 @@ def test_bad_synthesis_input_is_refused(tmp_path, capsys):
     bad.write_text("[dsm\n")
     assert main(base + ["shaper", "--config", str(bad)]) == 2
     assert "not valid TOML" in capsys.readouterr().err
-    # The file's types are kept: a string is no number, a number no flag.
-    for text, message in (('flit_bytes = "16"', "flit_bytes must be an integer, not '16'"),
-                          ("shared_vc = 1", "shared_vc must be true or false, not 1"),
-                          ("payload_kib = 16", "payload_kib must be an array, not 16"),
-                          ("gx_planes = 0", "gx_planes must be a string, not 0")):
-        bad.write_text(f"[dsm]\n{text}\n")
+    # The file's types are kept: a string is no number, a flag no number.
+    for table, text, message in (
+            ("dsm", 'flit_bytes = "16"', "flit_bytes must be an integer, not '16'"),
+            ("dsm", "flit_bytes = true", "flit_bytes must be an integer, not True"),
+            ("mesh", "placement = 3", "placement must be an array, not 3")):
+        bad.write_text(f"[{table}]\n{text}\n")
         assert main(base + ["shaper", "--config", str(bad)]) == 2
-        assert f"--config {bad}: [dsm] {message}" in capsys.readouterr().err
+        assert f"--config {bad}: [{table}] {message}" in capsys.readouterr().err
+    # A run-time field changes no hardware; every table is checked, also one
+    # of a fabric nothing synthesised belongs to; one table per fabric.
+    for text, message in (
+            ("[dsm]\nshared_vc = true\n", f"--config {bad}: [dsm] fields must be among its "
+                                           "structural ones, cpcs,"),
+            ("[mesh]\nflit_bytes = 24\n",
+             "--config [mesh]: flit_bytes must be one of 8, 16, 32, not 24"),
+            ("[[dsm]]\nflit_bytes = 16\n", f"--config {bad}: dsm must be one table, [dsm], "
+                                            "not list")):
+        bad.write_text(text)
+        assert main(base + ["shaper", "--config", str(bad)]) == 2
+        (err,) = capsys.readouterr().err.strip().splitlines()
+        assert err.startswith(f"fabricsim: error: {message}"), err
     assert main(base + ["shaper", "--timeout", "0"]) == 2
     assert "--timeout must be a positive number of seconds" in capsys.readouterr().err
     assert main(base + ["shaper", "--freq", "0"]) == 2
