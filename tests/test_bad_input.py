@@ -79,6 +79,19 @@ CASES = [
                                              "retrained_lanes=4"],
      "retrained_lanes must be left unset for pcie.link_faults, whose scenarios set it "
      "themselves, not 4"),
+    ("pcie-size-the-experiment-does-not-use", ["run", "pcie.host_staged", "--set",
+                                               "pageable_chunk_bytes=4096"],
+     "pageable_chunk_bytes must be left unset for pcie.host_staged, which does not use it "
+     "(it uses max_read_request_bytes, staging_chunk_bytes), not 4096"),
+    ("pcie-kernel-size-for-the-copy-engine", ["run", "pcie.peer_copy", "--set",
+                                              "kernel_write_bytes=128"],
+     "kernel_write_bytes must be left unset for pcie.peer_copy, which does not use it "
+     "(it uses max_payload_bytes), not 128"),
+    ("pcie-retrained-width-of-no-gpu", ["run", "pcie.peer_copy", "--set", "retrained_lanes=4"],
+     "retrained_lanes needs retrained_gpu set to a GPU from 0 to 7 (it is -1: no link "
+     "retrained), else it has no effect; not 4 alone"),
+    ("pcie-retrained-rate-of-no-gpu", ["run", "pcie", "--set", "retrained_generation=3"],
+     "retrained_generation needs retrained_gpu set"),
     ("dsm-wrong-type", ["run", "dsm.one_way", "--set", "cluster_size=two"],
      "cluster_size must be an integer"),
     ("dsm-cluster-range", ["run", "dsm.one_way", "--set", "cluster_size=0"],

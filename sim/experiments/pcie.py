@@ -18,8 +18,8 @@ from sim import stall
 from sim.experiments import SetByExperiment, load_reference, unfinished
 from sim.fit import error_pct, fit_affine
 
-__all__ = ["EXPERIMENTS", "Experiment", "ExperimentError", "build_runs", "check_overrides",
-           "plan", "analyse", "check_run", "reference", "copy_run", "scenarios"]
+__all__ = ["EXPERIMENTS", "Experiment", "ExperimentError", "SIZE_FIELDS", "build_runs",
+           "check_overrides", "plan", "analyse", "check_run", "reference", "copy_run", "scenarios"]
 
 FABRIC = "pcie"
 #: Bytes each pair copies in the sweep (steady state from the first).
@@ -150,28 +150,51 @@ def scenarios(exp):
     return exp.scenarios if exp.scenarios is not None else reference()[exp.name]
 
 
+#: Run-time sizes that only some experiments use: each experiment's TLP field
+#: (:attr:`Experiment.tlp`) and, for a staged copy, its chunk field
+#: (:attr:`Experiment.chunk`).
+SIZE_FIELDS = ("max_read_request_bytes", "kernel_write_bytes", "kernel_read_bytes",
+               "staging_chunk_bytes", "pageable_chunk_bytes")
+
+
 def check_overrides(cfg, exp, explicit=()):
-    """Refuse a ``--set`` of a field that ``exp`` sets itself, which would
-    otherwise be recorded in the result but have no effect: a copy staged
-    through another chunk field than ``staging_chunk_bytes`` (the pageable
-    copy takes ``pageable_chunk_bytes``), and the fields its scenarios set
-    (the link faults retrain GPU 0's link).  ``explicit`` holds the names of
-    the fields the user set.
+    """Refuse a ``--set`` of a field that ``exp`` sets itself or does not use,
+    which would otherwise be recorded in the result but have no effect: a
+    copy staged through another chunk field than ``staging_chunk_bytes`` (the
+    pageable copy takes ``pageable_chunk_bytes``), a size of
+    :data:`SIZE_FIELDS` that is neither ``exp``'s TLP field nor its staged
+    chunk, and the fields its scenarios set (the link faults retrain GPU 0's
+    link).  ``explicit`` holds the names of the fields the user set.
 
     Raises
     ------
     sim.experiments.SetByExperiment
-        Naming the field, what sets it instead and the value given.
+        Naming the field, what sets it instead (or what ``exp`` uses) and the
+        value given.
+    ValueError
+        If ``retrained_lanes`` or ``retrained_generation`` is set while
+        ``retrained_gpu`` names no GPU, for any experiment.
     """
     name = f"pcie.{exp.name}"
     if "staging_chunk_bytes" in explicit and exp.chunk != "staging_chunk_bytes":
         raise SetByExperiment(f"staging_chunk_bytes must be left unset for {name}, which stages "
                               f"through {exp.chunk} (set that instead), not "
                               f"{cfg.staging_chunk_bytes}")
+    used = {exp.tlp} | ({exp.chunk} if exp.mode == GpuMode.STAGED else set())
+    for field in SIZE_FIELDS:
+        if field in explicit and field not in used:
+            raise SetByExperiment(f"{field} must be left unset for {name}, which does not use "
+                                  f"it (it uses {', '.join(sorted(used))}), not "
+                                  f"{getattr(cfg, field)}")
     for field in sorted({k for entry in scenarios(exp).values() for k in entry.get("set", {})}):
         if field in explicit:
             raise SetByExperiment(f"{field} must be left unset for {name}, whose scenarios set "
                                   f"it themselves, not {getattr(cfg, field)}")
+    for field in ("retrained_lanes", "retrained_generation"):
+        if field in explicit and cfg.retrained_gpu < 0:
+            raise ValueError(f"{field} needs retrained_gpu set to a GPU from 0 to "
+                             f"{cfg.gpus - 1} (it is -1: no link retrained), else it has no "
+                             f"effect; not {getattr(cfg, field)} alone")
 
 
 def build_runs(cfg, exp):
