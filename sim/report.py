@@ -972,9 +972,14 @@ def write_report(results_dir: Path) -> Path:
             lines += [f"## {current_fabric}", ""]
         lines += _experiment_section(result, results_dir)
 
+    report_path = results_dir / REPORT_NAME
+    for path in [*plots, report_path]:
+        # checked before the first is written, so nothing is written half
+        if path.is_dir():
+            raise ValueError(f"--results must leave {str(path)!r} free for the report, "
+                             f"but it is a folder")
     for path, png in plots.items():
         write_atomically(path, png)
-    report_path = results_dir / REPORT_NAME
     write_atomically(report_path, ("\n".join(lines).rstrip() + "\n").encode("utf-8"))
     return report_path
 
@@ -1019,6 +1024,19 @@ BENCH_NAME = "bench.json"
 _MALFORMED = (ValueError, KeyError, TypeError, OverflowError, AttributeError)
 
 
+def _present(path: Path, what: str) -> bool:
+    """Whether the optional results file ``path`` (a ``what`` file) is there.
+
+    Raises
+    ------
+    ValueError
+        If ``path`` exists but is not a file (a folder, say).
+    """
+    if path.exists() and not path.is_file():
+        raise ValueError(f"{path}: not {what} (it is a folder)")
+    return path.exists()
+
+
 def _bench_section(results_dir: Path) -> list[str]:
     """The simulation-speed table of ``results_dir / bench.json`` (written by
     ``make bench``), or nothing when there is none.
@@ -1029,7 +1047,7 @@ def _bench_section(results_dir: Path) -> list[str]:
         If the file is malformed; the message names the file and the key.
     """
     path = results_dir / BENCH_NAME
-    if not path.is_file():
+    if not _present(path, "a bench file"):
         return []
     try:
         bench = json.loads(path.read_text(encoding="utf-8"))
@@ -1099,7 +1117,7 @@ def _synth_section(results_dir: Path) -> tuple[list[str], dict[Path, bytes]]:
     path = results_dir / SYNTH_NAME
     lines: list[str] = []
     plots: dict[Path, bytes] = {}
-    if path.is_file():
+    if _present(path, "a synthesis file"):
         try:
             rows = json.loads(path.read_text(encoding="utf-8"))["rows"]
             table = [[str(r["block"]), str(r["device"]), _cell(str(r["config"])),
@@ -1217,7 +1235,7 @@ def _verification_section(results_dir: Path) -> list[str]:
     """
     lines = ["## Verification", ""]
     path = results_dir / PROOFS_NAME
-    if not path.is_file():
+    if not _present(path, "a proofs file"):
         lines += ["No bounded proofs in this folder: `make prove` writes them.", ""]
     else:
         try:
@@ -1233,7 +1251,7 @@ def _verification_section(results_dir: Path) -> list[str]:
         lines += _md_table(["proof", "block", "property", "depth (cycles)", "passed"], table)
         lines += [""]
     path = results_dir / RANDOM_NAME
-    if not path.is_file():
+    if not _present(path, "a random-traffic file"):
         return lines + ["No random-traffic results in this folder: "
                         "`python -m sim.random_traffic` writes them.", ""]
     try:

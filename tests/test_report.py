@@ -371,6 +371,26 @@ def test_malformed_table_files_are_named_and_nothing_is_written(results, name, d
     assert not (results / "report.md").exists() and not list(results.rglob("*.png"))
 
 
+@pytest.mark.parametrize("name, what", [
+    ("proofs.json", "a proofs file"), ("random.json", "a random-traffic file"),
+    ("bench.json", "a bench file"), ("synth.json", "a synthesis file")])
+def test_a_table_file_that_is_a_folder_is_named_and_nothing_is_written(results, name, what):
+    (results / name).mkdir()
+    with pytest.raises(ValueError, match=f"^{results / name}: not {what} \\(it is a folder\\)$"):
+        write_report(results)
+    assert not (results / "report.md").exists() and not list(results.rglob("*.png"))
+
+
+@pytest.mark.parametrize("name", ["report.md", "dsm/one_way.png"])
+def test_an_output_that_is_a_folder_is_named_and_nothing_is_written(results, name):
+    (results / name).mkdir()
+    with pytest.raises(ValueError, match=f"--results must leave '{results / name}' free for "
+                                         "the report, but it is a folder"):
+        write_report(results)
+    assert not [p for p in results.rglob("*.png") if p.is_file()]
+    assert not (results / "report.md").is_file()
+
+
 def test_verification_section_lists_the_random_traffic(results):
     report = write_report(results).read_text()
     assert "`python -m sim.random_traffic` writes them" in report
