@@ -512,7 +512,12 @@ def _toml_kind_error(default, value):
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
         return None if ok else "a number"
     if isinstance(default, tuple):
-        return None if isinstance(value, list) else "an array"
+        items = list(_flatten(value)) if isinstance(value, list) else None
+        numbers = all(isinstance(d, int) for d in _flatten(default))
+        if items is None or numbers and not all(isinstance(i, int) and not isinstance(i, bool)
+                                                for i in items):
+            return "an array of integers" if numbers else "an array"
+        return None
     return None if isinstance(value, str) else "a string"
 
 
@@ -531,7 +536,8 @@ def load_config_file(path):
     from sim.cli import FABRICS, UsageError
 
     try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        # utf-8-sig: a byte-order mark, which some editors write, is not TOML
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8-sig"))
     except OSError as error:
         raise UsageError(f"--config must be a readable TOML file, not {str(path)!r} "
                          f"({error.strerror or error})") from None

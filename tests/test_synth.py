@@ -141,7 +141,9 @@ def test_bad_synthesis_input_is_refused(tmp_path, capsys):
     for table, text, message in (
             ("dsm", 'flit_bytes = "16"', "flit_bytes must be an integer, not '16'"),
             ("dsm", "flit_bytes = true", "flit_bytes must be an integer, not True"),
-            ("mesh", "placement = 3", "placement must be an array, not 3")):
+            ("mesh", "placement = 3", "placement must be an array of integers, not 3"),
+            ("mesh", "placement = [true, false]",
+             "placement must be an array of integers, not [True, False]")):
         bad.write_text(f"[{table}]\n{text}\n")
         assert main(base + ["shaper", "--config", str(bad)]) == 2
         assert f"--config {bad}: [{table}] {message}" in capsys.readouterr().err
@@ -165,6 +167,12 @@ def test_bad_synthesis_input_is_refused(tmp_path, capsys):
     assert not (tmp_path / "r" / "synth.json").exists()
     with pytest.raises(UsageError, match="BLOCK must be one of"):
         synth.synthesise("nothing", "ecp5", build_root=tmp_path)
+
+
+def test_a_config_file_may_start_with_a_byte_order_mark(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_bytes(b"\xef\xbb\xbf[dsm]\nflit_bytes = 16\n")
+    assert synth.load_config_file(path) == {"dsm": ["flit_bytes=16"]}
 
 
 def test_a_config_file_gives_a_placement_as_cells_or_flat(tmp_path):
