@@ -586,7 +586,14 @@ def _cmd_run(args):
     # its own and skipped when a whole fabric (or all) is run.
     named = set(args.names)
     jobs, skipped = [], []
-    several = len(dict.fromkeys(f for f, _ in pairs)) > 1
+    for fabric in fabrics:
+        try:
+            parse_overrides(_fabric(fabric).config, sets[fabric])
+        except UsageError as error:
+            if len(fabrics) == 1:
+                raise
+            # With several fabrics, say whose configuration refused the value.
+            raise UsageError(f"{fabric}: {error}") from None
     for fabric, name in pairs:
         try:
             jobs.append(plan_job(fabric, name, sets[fabric]))
@@ -595,10 +602,10 @@ def _cmd_run(args):
                 raise
             skipped.append(error)
         except UsageError as error:
-            if not several:
+            if f"{fabric}.{name}" in named:
                 raise
-            # With several fabrics, say whose configuration refused the value.
-            raise UsageError(f"{fabric}: {error}") from None
+            # run as part of a whole fabric: say which experiment refused it
+            raise UsageError(f"{fabric}.{name}: {error}") from None
     if not jobs:
         raise skipped[0]
     for error in skipped:

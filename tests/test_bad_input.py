@@ -90,8 +90,12 @@ CASES = [
     ("pcie-retrained-width-of-no-gpu", ["run", "pcie.peer_copy", "--set", "retrained_lanes=4"],
      "retrained_lanes needs retrained_gpu set to a GPU from 0 to 7 (it is -1: no link "
      "retrained), else it has no effect; not 4 alone"),
+    # in a whole fabric's run, the experiment that refused the value is named
     ("pcie-retrained-rate-of-no-gpu", ["run", "pcie", "--set", "retrained_generation=3"],
-     "retrained_generation needs retrained_gpu set"),
+     "pcie.peer_copy: retrained_generation needs retrained_gpu set"),
+    ("mesh-too-few-shires-for-a-fit", ["run", "mesh", "--set", "compute_shires=2"],
+     "mesh.round_trip: compute_shires (2) and placement must give at least 2 different mesh "
+     "hop counts"),
     ("dsm-wrong-type", ["run", "dsm.one_way", "--set", "cluster_size=two"],
      "cluster_size must be an integer"),
     ("dsm-cluster-range", ["run", "dsm.one_way", "--set", "cluster_size=0"],
