@@ -93,6 +93,9 @@ CASES = [
     # in a whole fabric's run, the experiment that refused the value is named
     ("pcie-retrained-rate-of-no-gpu", ["run", "pcie", "--set", "retrained_generation=3"],
      "pcie.peer_copy: retrained_generation needs retrained_gpu set"),
+    ("mesh-no-far-shire", ["run", "mesh.message_size", "--set", "compute_shires=3"],
+     "compute_shires (3) and placement must put a shire 8 hops from shire 0 for the "
+     "message-size paths, not at most 3"),
     ("mesh-too-few-shires-for-a-fit", ["run", "mesh", "--set", "compute_shires=2"],
      "mesh.round_trip: compute_shires (2) and placement must give at least 2 different mesh "
      "hop counts"),

@@ -1051,8 +1051,10 @@ def _size_paths(cfg):
     far = next((s for s in range(1, cfg.compute_shires)
                 if hops(cfg.placement[0], cfg.placement[s]) == 8), None)
     if far is None:
-        raise ValueError("placement must put a shire 8 hops from shire 0 for the message-size "
-                         "paths")
+        most = max(hops(cfg.placement[0], cfg.placement[s]) for s in range(cfg.compute_shires))
+        raise ValueError(f"compute_shires ({cfg.compute_shires}) and placement must put a "
+                         f"shire 8 hops from shire 0 for the message-size paths, not at most "
+                         f"{most}")
 
     def touched(a, b):
         cells = route_cells(cfg, a, b) | route_cells(cfg, b, a)
