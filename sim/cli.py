@@ -244,6 +244,10 @@ def _unparsable(defaults, name, text):
             dataclasses.replace(defaults, **{name: text})
         except ValueError as error:
             if str(error).startswith(f"{name} must be "):
+                if isinstance(default, float):
+                    # '0x1' is in range as a number, but no decimal one
+                    allowed = str(error).removeprefix(f"{name} must be ").rsplit(", not ", 1)[0]
+                    return f"{name} must be {allowed}, as a decimal number, not {text!r}"
                 return str(error)
         except TypeError:
             pass

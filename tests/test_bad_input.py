@@ -131,7 +131,9 @@ CASES = [
                           "--set", "shaper_cycles=3"],
      "shaper_flits must be at most shaper_cycles (3), not 4"),
     ("dsm-clock-text", ["run", "dsm.one_way", "--set", "sm_clock_ghz=fast"],
-     "sm_clock_ghz must be a clock in GHz between 0 and 10, not 'fast'"),
+     "sm_clock_ghz must be a clock in GHz between 0 and 10, as a decimal number, not 'fast'"),
+    ("dsm-clock-hex", ["run", "dsm.one_way", "--set", "sm_clock_ghz=0x1"],
+     "sm_clock_ghz must be a clock in GHz between 0 and 10, as a decimal number, not '0x1'"),
     ("dsm-clock-range", ["run", "dsm.one_way", "--set", "sm_clock_ghz=-1"],
      "sm_clock_ghz must be a clock in GHz between 0 and 10"),
     # --- ET-SoC-1 mesh (seed 002) --------------------------------------------------
