@@ -145,7 +145,7 @@ EXPECTED_ROWS = {
     "barrier": ["FLB plus credit barrier over 32 minions (one shire)"],
     "non_compute": ["bandwidth cost through non-compute cell"],
     "message_size": [f"{path}: {what}" for path in
-                     ("tree_edge", "crossbar", "mesh_near (1 hops)", "mesh_far (8 hops)")
+                     ("tree_edge", "crossbar", "mesh_near (1 hop)", "mesh_far (8 hops)")
                      for what in ("fixed cost per message", "cost per register")],
 }
 

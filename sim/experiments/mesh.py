@@ -850,14 +850,16 @@ def _credit_rows(cfg, runs, measured):
               for signal, label in (("credit", "credit"), ("tensor_send", "TensorSend"))]
     series[0]["fit"] = {"alpha_cycles": a, "beta_cycles_per_hop": b,
                         "max_residual_cycles": float(np.max(np.abs(res)))}
+    seen = reference()["credit"]["median_difference"]
     rows = [
         _ref_row("credit round trip per mesh hop (fit)", b * ns, "credit.per_hop_ns"),
         _ref_row("credit round trip at 0 hops (fit intercept)", a * ns, "credit.base_ns"),
         {"quantity": "credit against TensorSend round trip, median pair's difference "
-                     f"({within} of {len(diffs)} pairs within 15 cycles)",
+                     f"(model: {within} of {len(diffs)} pairs within 15 cycles; seed: "
+                     f"{seen['pairs_within_15_cycles']} of {seen['pairs']})",
          "model": median, "reference": None, "unit": "cycles", "minimum": -1.0,
          "maximum": 1.0, "target": "under a cycle either way",
-         "source": reference()["credit"]["median_difference"]["source"]},
+         "source": seen["source"]},
     ]
     chart = {"title": "Credit and TensorSend round trips between shires", "x_label": "mesh hops",
              "y_label": "round trip (minion cycles)", "x_log2": False,
@@ -993,7 +995,7 @@ def _speeds_runs(cfg):
         h = hops(cfg.placement[0], cfg.placement[s])
         if h not in seen:
             seen.add(h)
-            yield (f"mesh: shire 0 - shire {s} ({h} hops)",
+            yield (f"mesh: shire 0 - shire {s} ({h} hop{'s' * (h != 1)})",
                    PingPong(cfg.minion_id(0, 0), cfg.minion_id(s, 0)), {"path": "mesh", "hops": h})
 
 
@@ -1099,7 +1101,7 @@ def _size_rows(cfg, runs, measured):
         pts = [(p["nregs"], t) for p, t in _measured(runs, measured, "b") if p["path"] == path]
         fit = fit_affine([n * cfg.register_bytes for n, _ in pts], [c for _, c in pts])
         per_reg = fit.beta_cycles_per_byte * cfg.register_bytes
-        where = f" ({h} hops)" if h else ""
+        where = f" ({h} hop{'s' * (h != 1)})" if h else ""
         series.append({"name": f"{path}{where}",
                        "points": [{"payload_bytes": n * cfg.register_bytes, "cycles": c}
                                   for n, c in pts], "fit": fit.to_json()})
@@ -1507,8 +1509,11 @@ EXPERIMENTS = {e.name: e for e in (
                       "600 MHz minion clock.",
                       "The seed's two sessions fitted 234 + 24 ns per hop (three cards, worst "
                       "residual 15 cycles) and 246 + 20.4 ns per hop (first session); the "
-                      "rows' ranges span both. Credits ride the same routers as messages, "
-                      "so the model's credits cost what its messages cost per hop.",
+                      "rows' ranges span both. Known gap: the slope. Credits ride the same "
+                      "routers as messages, so the model's credits cost what its messages "
+                      "cost per hop, 20 ns (the seed's TensorSend slope), just under the "
+                      "first session's 20.4; the seed's 24 ns for credits would need a cost "
+                      "per hop that messages do not pay, which it does not describe.",
                       "Known gap: the median pair's difference. A credit is one flit, a "
                       "one-register TensorSend three (its header and two 16 B data flits), "
                       "and the mesh link moves a flit per 1.5 minion cycles, so a credit "
@@ -1526,7 +1531,12 @@ EXPERIMENTS = {e.name: e for e in (
                       "cost per barrier is the spacing of the last exits. No latency was set "
                       "for the barrier unit: it answers in one cycle.",
                       "The seed's chip-wide barrier (global atomics and credits, 8.3 us) "
-                      "goes through memory, which the model does not hold.")),
+                      "goes through memory, which the model does not hold.",
+                      "Known gap: 233 cycles on the chip. The seed gives that one number and "
+                      "no breakdown of it (neither the FLB counter's latency nor how the "
+                      "credits fan out), so no latency was set to meet it; the model's "
+                      "barrier is an FLB arrival through the crossbar, a one-cycle counter and "
+                      "a credit multicast back, which is what its own paths cost.")),
     Experiment("one_kb", "1 KB round trips between minion 0 of every pair of shires",
                _one_kb_runs, _one_kb_rows, MINION_ZERO,
                notes=(_MINION_ZERO_NOTE,
