@@ -554,6 +554,20 @@ def _load_experiment(path: Path) -> ExperimentResult:
     )
 
 
+def _experiment_order(path: Path) -> tuple:
+    """Sort key of ``<fabric>/<experiment>.json``: by fabric, then in the order
+    the fabric lists its experiments (A, B, C, ... for dsm); a name it does
+    not list comes after them, by name."""
+    import importlib
+
+    fabric, name = path.parent.name, path.stem
+    try:
+        names = list(importlib.import_module(f"sim.experiments.{fabric}").EXPERIMENTS)
+    except (ImportError, AttributeError):
+        names = []
+    return (fabric, names.index(name) if name in names else len(names), name)
+
+
 def load_results(results_dir: Path) -> list[ExperimentResult]:
     """Read and check every ``<fabric>/<experiment>.json`` under a directory.
 
@@ -565,7 +579,7 @@ def load_results(results_dir: Path) -> list[ExperimentResult]:
     Returns
     -------
     list of ExperimentResult
-        Sorted by fabric, then experiment.
+        Sorted by fabric, then in the order the fabric lists its experiments.
 
     Raises
     ------
@@ -581,7 +595,8 @@ def load_results(results_dir: Path) -> list[ExperimentResult]:
         raise FileNotFoundError(f"results directory {results_dir} "
                                 + ("is a file" if results_dir.exists() else "does not exist"))
     # sweep/ holds sweep tables, not experiment results.
-    paths = sorted(p for p in results_dir.glob("*/*.json") if p.parent.name != SWEEP_DIR)
+    paths = sorted((p for p in results_dir.glob("*/*.json") if p.parent.name != SWEEP_DIR),
+                   key=_experiment_order)
     if not paths:
         raise FileNotFoundError(f"no <fabric>/<experiment>.json result files under {results_dir}")
     return [_load_experiment(p) for p in paths]
@@ -603,6 +618,13 @@ def _fmt_number(value: float | None) -> str:
     if magnitude >= 1_000:
         return f"{value:.0f}"
     return f"{value:.4g}"
+
+
+def _fmt_rmse(rmse_pct: float, points: int) -> str:
+    """A fit's RMSE % to three decimals (a perfect fit's rounding noise,
+    3e-14, reads 0.000), or ``—`` for a line through two points, which always
+    fits them exactly."""
+    return "— (2 points)" if points <= 2 else f"{rmse_pct:.3f}"
 
 
 def _fmt_error(value: float | None) -> str:
@@ -775,19 +797,35 @@ def _png(fig: Figure) -> bytes:
     return buffer.getvalue()
 
 
+#: The x axis of each fabric's fit plot: what a series' payload is.
+_PAYLOAD_AXIS = {"dsm": "payload per active SM (KiB)",
+                 "pcie": "bytes copied per GPU pair (KiB)",
+                 "mesh": "payload per sending minion (KiB)"}
+
+#: Series a fit plot holds before its legend moves beside the axes and its
+#: colours come from a 20-colour map (the default cycle has 10).
+_MANY_SERIES = 8
+
+
 def _render_plot(result: ExperimentResult) -> bytes:
     """PNG of cycles vs payload with fit lines (top) and residuals (bottom)."""
+    import textwrap
+
+    from matplotlib import colormaps
+
     if any(s.hops for s in result.series):
         return _render_hop_plot(result)
-    fig = Figure(figsize=(7.0, 5.5), layout="constrained")
+    shown = [s for s in result.series if s.plottable]
+    many = len(shown) > _MANY_SERIES
+    fig = Figure(figsize=(11.0, 6.0) if many else (7.0, 5.5), layout="constrained")
     FigureCanvasAgg(fig)
     top, bottom = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
-    for s in result.series:
-        if not s.plottable:
-            continue
+    colors = colormaps["tab20"].colors
+    for i, s in enumerate(shown):
         assert s.fit is not None
         kib = [b / _KIB for b in s.payload_bytes]
-        (marks,) = top.plot(kib, s.cycles, "o", label=None)
+        (marks,) = top.plot(kib, s.cycles, "osD^v<>"[i // 20 % 7] if many else "o", label=None,
+                            **({"color": colors[i % 20]} if many else {}))
         color = marks.get_color()
         lo, hi = min(s.payload_bytes), max(s.payload_bytes)
         top.plot(
@@ -797,16 +835,21 @@ def _render_plot(result: ExperimentResult) -> bytes:
             color=color,
             label=(
                 f"{s.name}: 1/β = {_fmt_number(s.fit.bytes_per_cycle)} B/cycle, "
-                f"α = {_fmt_number(s.fit.alpha_cycles)} cycles, RMSE {_fmt_number(s.fit.rmse_pct)}%"
+                f"α = {_fmt_number(s.fit.alpha_cycles)} cycles"
+                + (f", RMSE {_fmt_rmse(s.fit.rmse_pct, len(s.payload_bytes))}%"
+                   if len(s.payload_bytes) > 2 else "")
             ),
         )
         bottom.plot(kib, s.fit.residuals_cycles, "o-", color=color, linewidth=0.8)
     bottom.axhline(0.0, color="0.4", linewidth=0.8)
-    top.set_title(result.title)
+    top.set_title(textwrap.fill(result.title, 90 if many else 60), fontsize="medium")
     top.set_ylabel("elapsed cycles")
-    top.legend(fontsize="small")
+    if many:
+        fig.legend(loc="outside right upper", fontsize="x-small")
+    else:
+        top.legend(fontsize="small")
     top.grid(True, alpha=0.3)
-    bottom.set_xlabel("payload per sending SM, GPU or minion (KiB)")
+    bottom.set_xlabel(_PAYLOAD_AXIS.get(result.fabric, "payload (KiB)"))
     bottom.set_ylabel("residual (cycles)")
     bottom.grid(True, alpha=0.3)
     return _png(fig)
@@ -858,7 +901,7 @@ def _experiment_section(result: ExperimentResult, results_dir: Path) -> list[str
                 _fmt_number(s.fit.alpha_cycles),
                 _fmt_number(s.fit.beta_cycles_per_byte),
                 _fmt_number(s.fit.bytes_per_cycle),
-                _fmt_number(s.fit.rmse_pct),
+                _fmt_rmse(s.fit.rmse_pct, len(s.payload_bytes)),
             ]
             for s in fitted
             if s.fit is not None
@@ -931,7 +974,7 @@ def write_report(results_dir: Path) -> Path:
         "# fabricsim report",
         "",
         f"Generated {generated} · simulator: {simulators} · "
-        f"{len(results)} experiments, {total_text} rows met",
+        f"{len(results)} experiment{'s' * (len(results) != 1)}, {total_text} rows met",
         "",
         "A row is met when |error %| is within its tolerance (or the model within its "
         "bounds); rows marked — have neither, are reported for information and are not "
@@ -960,9 +1003,17 @@ def write_report(results_dir: Path) -> Path:
 
     lines += _verification_section(results_dir)
     lines += _faults_survived(results)
-    lines += _bench_section(results_dir)
+    # make report runs neither of these long jobs; say so rather than
+    # leave their sections out without a word
+    lines += _bench_section(results_dir) or [
+        "## Simulation speed", "",
+        f"No `{BENCH_NAME}` in this folder: `make bench` measures simulated cycles per "
+        "second and the report's own time, and writes it.", ""]
     synth_lines, synth_plots = _synth_section(results_dir)
-    lines += synth_lines
+    lines += synth_lines or [
+        "## FPGA synthesis", "",
+        f"No `{SYNTH_NAME}` in this folder: `make synth` synthesises every block and writes "
+        "it.", ""]
     plots.update(synth_plots)
 
     current_fabric = None

@@ -139,7 +139,7 @@ def test_report_rows_marks_and_plots(results):
     assert "| fill/drain alpha | 800 | — | cycles | — | model only | — | — |" in text
     assert "| hop latency | 4 | 4 | cycles | 0 | exact | ✓ | somewhere |" in text
     assert "- clock ratio taken as 1.785 GHz" in text
-    assert "| load | 11 | 800 | 0.05076 | 19.7 | 0.03 |" in text
+    assert "| load | 11 | 800 | 0.05076 | 19.7 | 0.030 |" in text
 
     # Only the fitted experiment gets a plot, linked relative to the report.
     assert "![A: one-way, 2 SMs](dsm/one_way.png)" in text
@@ -149,6 +149,22 @@ def test_report_rows_marks_and_plots(results):
     assert text.index("## dsm") < text.index("## mesh")
     # No temporary files left behind by the atomic writes.
     assert not list(results.rglob("*.tmp"))
+
+
+def test_experiments_keep_their_fabric_s_order_and_absent_sections_say_how_to_fill_them(
+        results):
+    # one_way (A) sorts after bidirectional (B) by name; the fabric lists A first
+    doc = _dsm_one_way()
+    doc.update(experiment="bidirectional", title="B: two ways")
+    doc["series"] = [{**doc["series"][0], "points": doc["series"][0]["points"][:2],
+                      "fit": {**doc["series"][0]["fit"], "rmse_pct": 3e-14}}]
+    _write(results, doc)
+    text = write_report(results).read_text(encoding="utf-8")
+    assert text.index("### A: one-way") < text.index("### B: two ways")
+    # a line through two points fits them exactly: no RMSE to show
+    assert "| load | 2 | 800 | 0.05076 | 19.7 | — (2 points) |" in text
+    assert "No `bench.json` in this folder: `make bench`" in text
+    assert "No `synth.json` in this folder: `make synth`" in text
 
 
 def test_top_level_points_and_fit_become_one_series(tmp_path):
