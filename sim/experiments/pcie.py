@@ -435,18 +435,18 @@ _STAGED = (
     "(about 20.5 GB/s); two pairs four times (about 10.3 each); a 4-GPU ring eight times "
     "(about 5.1 each); the 8-GPU ring eight times per socket. A cross-socket pair writes "
     "through one root port and reads through the other, so neither budget binds and the "
-    "pair runs at the rate of the PCIe links (about 25 GB/s); its host-memory TLPs are the "
-    "socket link's own memory traffic and do not pay the peer-to-peer forwarding cost. Two "
-    "cross-socket pairs share the first switch's upstream link with their writes (about "
-    "12.6 each).",
+    "pair is held by its PCIe links and the staging's events instead; its host-memory "
+    "TLPs are the socket link's own memory traffic and do not pay the peer-to-peer "
+    "forwarding cost. Two cross-socket pairs share the first switch's upstream link "
+    "with their writes (about half a pair's rate each).",
     "Why device-to-host looks faster than host-to-device (the seed's question): the "
     "device-to-host half is posted writes that need no answer; the host-to-device half "
     "is reads whose completions come back one read latency later, so it starts later and "
     "finishes last.",
     "In the 8-GPU ring each root port carries eight passes, two for each of its three "
     "same-socket pairs and one for each cross-socket pair's write or read, and the eight "
-    "pairs share them evenly: their fits lie within 4.67 to 4.69 GB/s, as the seed's "
-    "within 4.71 to 4.72.")
+    "pairs share them evenly: their fits lie within half a percent of each other (the "
+    "table), as the seed's within 4.71 to 4.72 GB/s.")
 
 _PAGEABLE = (
     "Peer access off, plain cudaMemcpyAsync: the seed's timeline shows the copy "
