@@ -482,6 +482,35 @@ EXPERIMENTS = {e.name: e for e in (
 )}
 
 
+#: GX planes switched on, as ``gx_planes`` names them, by ``plane_enable`` mask.
+_PLANES_BY_MASK = {3: "gx0,gx1", 1: "gx0", 2: "gx1"}
+
+
+def _config_as_run(cfg, runs, points):
+    """The configuration for the result file, with the fields each series
+    sets itself as the runs ``runs`` (one per series) and their ``points``
+    (``[(payload bytes, cycles)]`` per series) had them: the cluster size,
+    the placement (``"per series"`` when they differ: each series lists its
+    ``ranks_on_slots``), the planes switched on and the payload sizes in KiB;
+    one value when every series shares it, else the list of them."""
+    out = {k: (list(v) if isinstance(v, tuple) else v)
+           for k, v in dataclasses.asdict(cfg).items()}
+    if not runs:
+        return out
+
+    def one_or_all(values):
+        values = list(dict.fromkeys(values))
+        return values[0] if len(values) == 1 else values
+
+    out["cluster_size"] = one_or_all(len(r["ranks"]) for r in runs)
+    placements = list(dict.fromkeys(tuple(r["ranks"]) for r in runs))
+    out["placement"] = list(placements[0]) if len(placements) == 1 else "per series"
+    out["gx_planes"] = one_or_all(_PLANES_BY_MASK[r["plane_enable"]] for r in runs)
+    sizes = list(dict.fromkeys(tuple(b // 1024 for b, _ in pts) for pts in points))
+    out["payload_kib"] = list(sizes[0]) if len(sizes) == 1 else "per series"
+    return out
+
+
 def _series_cfg(cfg, experiment, series):
     size = series.cluster_size
     placement = cfg.placement if len(cfg.placement) == size else ()
@@ -602,8 +631,7 @@ def analyse(cfg: DsmConfig, experiment: Experiment, runs, results, simulator):
     return {
         "fabric": "dsm", "experiment": experiment.name, "title": experiment.title,
         "simulator": simulator,
-        "config": {k: (list(v) if isinstance(v, tuple) else v)
-                   for k, v in dataclasses.asdict(cfg).items()},
+        "config": _config_as_run(cfg, [first[name] for name in points], points.values()),
         "series": series,
         "rows": experiment.rows(cfg, fits, points),
         "notes": list(experiment.notes),
