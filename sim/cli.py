@@ -765,7 +765,8 @@ def _cmd_sweep(args):
                           "—" if r["model"] is None else f"{r['model']:.4g}",
                           {True: "yes", False: "no"}.get(r["met"], "—"))
         Console().print(shown)
-    print(f"sweep: {path}")
+    written = [path, path.with_suffix(".csv")] + [path.with_suffix(".png")] * bool(chosen)
+    print(f"sweep: {', '.join(map(str, written))}")
     return 1 if any(error for _, error in outcomes) else 0
 
 

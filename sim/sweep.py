@@ -258,8 +258,10 @@ def map_tasks(fn, tasks, engine="local", jobs=1, scheduler=None, progress=None,
 
 def sweep_table(points, outcomes):
     """Rows of the sweep table: one per point and result row, in point order:
-    ``{"point": {field: value}, "quantity", "model", "unit", "met"}``; a failed
-    point gives one row with ``"error"`` instead.
+    ``{"point": {field: value}, "quantity", "model", "reference", "unit",
+    "error_pct", "met"}`` (``reference`` the seed's value, ``None`` when the
+    row has none); a failed point gives one row with ``"error"`` (what
+    failed) instead.
 
     Raises
     ------
@@ -275,7 +277,8 @@ def sweep_table(points, outcomes):
             continue
         for row in data["rows"]:
             table.append({"point": point, "quantity": row["quantity"], "model": row["model"],
-                          "unit": row.get("unit", ""), "met": row_met(row)})
+                          "reference": row.get("reference"), "unit": row.get("unit", ""),
+                          "error_pct": row.get("error_pct"), "met": row_met(row)})
     return table
 
 
@@ -385,11 +388,14 @@ def write_sweep(results_dir, fabric, name, grid, items, sim, engine, table, metr
     fields = [f for f, _ in grid]
     text = io.StringIO()
     writer = csv.writer(text)
-    writer.writerow(fields + ["quantity", "model", "unit", "met", "error", "status"])
+    # "failure": what stopped a point (the JSON's "error"), not the error %
+    writer.writerow(fields + ["quantity", "model", "seed", "unit", "error_pct", "met",
+                              "failure", "status"])
     for r in table:
         writer.writerow([r["point"][f] for f in fields]
-                        + [r.get("quantity", ""), r.get("model", ""), r.get("unit", ""),
-                           r.get("met", ""), r.get("error", ""), r.get("status", "")])
+                        + ["" if r.get(k) is None else r[k]
+                           for k in ("quantity", "model", "reference", "unit", "error_pct",
+                                     "met", "error", "status")])
     write_atomically(csv_path, text.getvalue())
     if chosen:
         fig, ax = plt.subplots(figsize=(6.4, 4.0))
@@ -402,11 +408,18 @@ def write_sweep(results_dir, fabric, name, grid, items, sim, engine, table, metr
             if all(_is_number(x) for x, _ in pts):
                 pts = sorted((float(x), y) for x, y in pts)
             ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=key)
+        # the seed measured one configuration, the chip's; drawn when every
+        # point's row gives the same one
+        seeds = {r.get("reference") for r in chosen}
+        seed = next(iter(seeds)) if len(seeds) == 1 else None
+        if seed is not None:
+            ax.axhline(seed, color="0.3", linestyle="--", linewidth=1,
+                       label="seed (measured on the chip as it is)")
         ax.set_xlabel(x_field)
         ax.set_ylabel(f"{chosen[0]['unit']}".strip() or "model")
         title = chosen[0]["quantity"]
         ax.set_title(title if len(title) < 70 else title[:67] + "...", fontsize=9)
-        if len(lines) > 1 or others:
+        if len(lines) > 1 or others or seed is not None:
             ax.legend(fontsize=7)
         ax.grid(True, alpha=0.3)
         fig.tight_layout()

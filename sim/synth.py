@@ -1111,7 +1111,9 @@ def sweep(args):
                    if row else ["-"] * 4 + [f"failed: {error}"])
         shown.add_row(*point.values(), *figures)
     Console().print(shown)
-    print(f"sweep: {path}")
+    written = [p for p in (path, path.with_suffix(".csv"), path.with_suffix(".png"))
+               if p.exists()]
+    print(f"sweep: {', '.join(map(str, written))}")
     return 1 if any(error for _, error in outcomes) else 0
 
 

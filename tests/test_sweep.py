@@ -148,8 +148,10 @@ def test_a_failed_point_is_listed_with_its_error(tmp_path):
     assert data["rows"] == table and data["plot"] == "pcie.peer_copy.png"
     with open(tmp_path / "sweep" / "pcie.peer_copy.csv", newline="") as f:
         lines = list(csv.DictReader(f))
-    assert lines[0]["error"] == "run 3 ended stuck" and lines[0]["model"] == ""
+    assert lines[0]["failure"] == "run 3 ended stuck" and lines[0]["model"] == ""
     assert lines[1]["model"] == "25.1" and lines[1]["status"] == ""
+    # the seed stands next to the model, as in the report
+    assert (lines[1]["seed"], lines[1]["unit"], lines[1]["met"]) == ("25.2", "GB/s", "True")
     assert sweep.metric_rows(table, "no such row") == ("no such row", [])
     # a later table with nothing to plot takes the old plot away
     sweep.write_sweep(tmp_path, "pcie", "peer_copy", [("lanes", ["8"])], [], "verilator",
