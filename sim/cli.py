@@ -206,6 +206,9 @@ def parse_overrides(config_cls, items):
         default = getattr(defaults, name)
         try:
             if isinstance(default, tuple):
+                # [16,32] and (16,32), as fabricsim list and TOML write them, too
+                text = re.sub(r"^\s*([\[(])(.*)([\])])\s*$",
+                              lambda m: m[2] if m[1] + m[3] in ("[]", "()") else m[0], text)
                 parts = text.replace(" ", "").split(",") if text.strip() else []
                 if "" in parts:
                     raise UsageError(f"{name} must be comma-separated numbers with none "
@@ -660,12 +663,14 @@ def _cmd_run(args):
             pending = set(futures)
 
             def progress():
+                # The workers take the experiments in submission order, so the
+                # first --jobs unfinished ones are those running (the pool also
+                # marks running the ones it has queued next).
                 running = [f"{futures[f].fabric}.{futures[f].name} "
                            f"{runs_logged(futures[f], run_root, started)}/"
                            f"{sum(n for _, n in job_run_folders(futures[f]))} runs"
-                           for f in futures if f in pending and f.running()]
-                # An experiment at 0 runs is building its simulator or starting (or is
-                # the one the process pool has queued next).
+                           for f in [f for f in futures if f in pending][:args.jobs]]
+                # An experiment at 0 runs is building its simulator or starting.
                 return (f"{len(jobs) - len(pending)}/{len(jobs)} experiments done ({args.sim}, "
                         f"{min(args.jobs, len(jobs))} at a time)"
                         + ("; " + ", ".join(running) if running else ""))

@@ -79,6 +79,11 @@ def test_set_parses_by_field_type():
                                       "sm_clock_ghz=1.5", "ack_threshold_flits=0x10"])
     assert (cfg.cluster_size, cfg.payload_kib, cfg.plane_enable, cfg.sm_clock_ghz,
             cfg.ack_threshold_flits) == (4, (16, 32), 1, 1.5, 16)
+    # a list as fabricsim list shows it, or as TOML writes it
+    for text in ("(16, 32)", "[16,32]"):
+        assert parse_overrides(DsmConfig, [f"payload_kib={text}"]).payload_kib == (16, 32)
+    with pytest.raises(UsageError, match="payload_kib must be comma-separated numbers"):
+        parse_overrides(DsmConfig, ["payload_kib=[16,32)"])
 
 
 @pytest.mark.parametrize("items,text", [
