@@ -620,6 +620,14 @@ def _fmt_number(value: float | None) -> str:
     return f"{value:.4g}"
 
 
+#: The unit of a row whose model is a yes (1) or no (0): shown as words.
+FLAG_UNIT = "1 = yes"
+
+
+def _fmt_flag(value: float | None) -> str:
+    return "—" if value is None else ("yes" if value else "no")
+
+
 def _fmt_rmse(rmse_pct: float, points: int) -> str:
     """A fit's RMSE % to three decimals (a perfect fit's rounding noise,
     3e-14, reads 0.000), or ``—`` for a line through two points, which always
@@ -871,11 +879,12 @@ def _experiment_section(result: ExperimentResult, results_dir: Path) -> list[str
         table = [
             [
                 row.quantity,
-                _fmt_number(row.model),
-                _fmt_number(row.reference),
-                row.unit,
-                _fmt_error(row.error_pct),
-                _target_text(row),
+                _fmt_flag(row.model) if row.unit == FLAG_UNIT else _fmt_number(row.model),
+                _fmt_flag(row.reference) if row.unit == FLAG_UNIT else _fmt_number(row.reference),
+                "yes / no" if row.unit == FLAG_UNIT else row.unit,
+                "—" if row.unit == FLAG_UNIT else _fmt_error(row.error_pct),
+                "yes" if row.unit == FLAG_UNIT and row.target in ("1", "1 = yes")
+                else _target_text(row),
                 _MET[row.met],
                 row.source or "—",
             ]

@@ -167,6 +167,20 @@ def test_experiments_keep_their_fabric_s_order_and_absent_sections_say_how_to_fi
     assert "No `synth.json` in this folder: `make synth`" in text
 
 
+def test_a_yes_or_no_row_reads_as_words(tmp_path):
+    doc = _dsm_one_way()
+    doc["rows"] = [{"quantity": "alpha grows with cluster size", "model": 1.0, "reference": 1.0,
+                    "unit": "1 = yes", "source": SOURCE, "error_pct": None,
+                    "tolerance_pct": None, "target": "1", "minimum": 1.0},
+                   {"quantity": "naive 2D hangs", "model": 0.0, "reference": None,
+                    "unit": "1 = yes", "source": SOURCE, "minimum": 1.0, "target": "hangs"}]
+    _write(tmp_path, doc)
+    text = write_report(tmp_path).read_text(encoding="utf-8")
+    assert f"| alpha grows with cluster size | yes | yes | yes / no | — | yes | ✓ | {SOURCE} |" \
+        in text
+    assert f"| naive 2D hangs | no | — | yes / no | — | hangs | ✗ | {SOURCE} |" in text
+
+
 def test_top_level_points_and_fit_become_one_series(tmp_path):
     doc = _mesh_latency()
     doc["points"] = _points(40.0, 0.01, [1, 2, 3])
