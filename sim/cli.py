@@ -744,12 +744,21 @@ def _cmd_sweep(args):
 
     def progress(done, total, point, error):
         console.log(sweep.progress_line(done, total, f"{fabric}.{name}", point, error))
+
+    def check(data):
+        # on the first point back, so that a mistyped --metric costs one point
+        quantities = list(dict.fromkeys(r["quantity"] for r in data["rows"]))
+        if args.metric is not None and not any(q.startswith(args.metric) for q in quantities):
+            raise UsageError(f"--metric must start a row's quantity, one of: "
+                             f"{'; '.join(quantities)}; not {args.metric!r} (the sweep stopped "
+                             f"after its first point)")
     with sweep.outputs_checked(results_dir, f"{fabric}.{name}", args.build):
         console.log(f"{fabric}.{name}: {len(points)} point{'s' * (len(points) != 1)} on "
                     f"{args.engine}"
                     + (f" ({args.scheduler})" if args.scheduler else f", {args.jobs} at a time"))
         outcomes = sweep.run_sweep(points, args.sim, args.build, run_root, engine=args.engine,
-                                   jobs=args.jobs, scheduler=args.scheduler, progress=progress)
+                                   jobs=args.jobs, scheduler=args.scheduler, progress=progress,
+                                   check=check)
     table = sweep.sweep_table(points, outcomes)
     path = sweep.write_sweep(results_dir, fabric, name, grid, args.set, args.sim, args.engine,
                              table, args.metric)

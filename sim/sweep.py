@@ -33,6 +33,7 @@ import dataclasses
 import io
 import itertools
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -145,15 +146,17 @@ def _point_dir(run_root, index):
 
 
 def run_sweep(points, sim, build_root, run_root, engine="local", jobs=1, scheduler=None,
-              progress=None):
+              progress=None, check=None):
     """Simulate every planned point; returns ``[(data or None, error or None)]`` in
     the order of ``points``.  ``progress(done, total, point, error)`` is called as
-    each point finishes.
+    each point finishes, ``check(data)`` with the first point's data
+    (:func:`map_tasks`).
 
     Raises
     ------
     UsageError
-        If ``engine`` is unknown or the Dask scheduler cannot be reached.
+        If ``engine`` is unknown, the Dask scheduler cannot be reached, or
+        ``check`` refuses the first point's data.
     """
     from sim.cli import UsageError, _remove_if_empty, execute_or_error, generate, job_verilog
 
@@ -176,10 +179,12 @@ def run_sweep(points, sim, build_root, run_root, engine="local", jobs=1, schedul
     try:
         return map_tasks(execute_or_error, tasks, engine, jobs, scheduler,
                          progress=point_progress if progress else None, outcome=outcome,
-                         prepare=[(generate, (f, hw, build_root)) for f, hw in builds])
+                         prepare=[(generate, (f, hw, build_root)) for f, hw in builds],
+                         check=check)
     except UsageError:
-        # refused before any point ran (an unreachable scheduler): no run folder
-        _remove_if_empty([run_root, *made])
+        # refused (an unreachable scheduler, a --metric no row has): no run folder
+        shutil.rmtree(run_root, ignore_errors=True)
+        _remove_if_empty(made)
         raise
 
 
@@ -188,7 +193,7 @@ def _as_pair(value):
 
 
 def map_tasks(fn, tasks, engine="local", jobs=1, scheduler=None, progress=None,
-              outcome=_as_pair, prepare=()):
+              outcome=_as_pair, prepare=(), check=None):
     """``fn(*task)`` for every task of ``tasks``, on a local process pool
     (``engine="local"``, ``jobs`` workers) or a Dask cluster (``"dask"``: the
     scheduler at ``scheduler``, or a local cluster of ``jobs`` workers).  The
@@ -197,18 +202,24 @@ def map_tasks(fn, tasks, engine="local", jobs=1, scheduler=None, progress=None,
     result passed through ``outcome`` (which returns that pair); a task that
     raised, or whose worker died (a killed process, a lost Dask worker), gives
     ``(None, message)`` and fails only itself.
-    ``progress(done, total, index, error)`` is called as each task finishes.
+    ``progress(done, total, index, error)`` is called as each task finishes,
+    and ``check(result)`` with the first result that came back (not an
+    error): a :class:`~sim.cli.UsageError` it raises cancels the tasks not
+    yet started and is raised once the running ones end.
 
     Raises
     ------
     UsageError
-        If ``engine`` is unknown or the Dask scheduler cannot be reached.
+        If ``engine`` is unknown, the Dask scheduler cannot be reached, or
+        ``check`` refuses the first result.
     """
     from sim.cli import UsageError
 
     if engine not in ENGINES:
         raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     out = [None] * len(tasks)
+
+    checked = []
 
     def finished(done, i, future):
         try:
@@ -217,6 +228,9 @@ def map_tasks(fn, tasks, engine="local", jobs=1, scheduler=None, progress=None,
             out[i] = (None, f"{type(error).__name__}: {error}")
         if progress:
             progress(done, len(tasks), i, out[i][1])
+        if check is not None and not checked and out[i][1] is None:
+            checked.append(i)
+            check(out[i][0])
 
     if engine == "local":
         import concurrent.futures
@@ -225,8 +239,13 @@ def map_tasks(fn, tasks, engine="local", jobs=1, scheduler=None, progress=None,
         with pool(jobs) as workers:
             concurrent.futures.wait([workers.submit(f, *args) for f, args in prepare])
             futures = {workers.submit(fn, *t): i for i, t in enumerate(tasks)}
-            for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
-                finished(done, futures[future], future)
+            try:
+                for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
+                    finished(done, futures[future], future)
+            except UsageError:
+                for future in futures:
+                    future.cancel()
+                raise
         return out
     try:
         from dask.distributed import Client, LocalCluster, as_completed
@@ -248,8 +267,12 @@ def map_tasks(fn, tasks, engine="local", jobs=1, scheduler=None, progress=None,
             client.gather(made, errors="skip")
             futures = [client.submit(fn, *t, pure=False) for t in tasks]
             index = {f.key: i for i, f in enumerate(futures)}
-            for done, future in enumerate(as_completed(futures), 1):
-                finished(done, index[future.key], future)
+            try:
+                for done, future in enumerate(as_completed(futures), 1):
+                    finished(done, index[future.key], future)
+            except UsageError:
+                client.cancel(futures)
+                raise
     finally:
         if cluster is not None:
             cluster.close()

@@ -202,3 +202,21 @@ def test_a_twenty_point_sweep_is_the_same_on_both_engines(tmp_path):
     b = json.loads((_sweep(tmp_path, "dask", grid) / "pcie.peer_copy.json").read_text())
     assert len({tuple(r["point"].items()) for r in a["rows"]}) == 20
     assert a["rows"] == b["rows"] and not any("error" in r for r in a["rows"])
+
+
+def test_a_check_that_refuses_the_first_result_cancels_the_points_not_started():
+    """A --metric no row has is found on the first point back; the points
+    not yet started never run."""
+    import time
+
+    seen = []
+
+    def check(result):
+        seen.append(result)
+        raise UsageError("--metric must start a row's quantity")
+
+    started = time.monotonic()
+    with pytest.raises(UsageError, match="--metric"):
+        sweep.map_tasks(time.sleep, [(0.5,)] * 20, jobs=1, check=check)
+    assert seen == [None]
+    assert time.monotonic() - started < 8     # not 20 x 0.5 s on top of the pool's start
