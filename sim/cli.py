@@ -726,7 +726,8 @@ def _cmd_sweep(args):
             raise UsageError(f"--sim does not apply to {args.name} (synthesis runs Yosys and "
                              f"nextpnr, no simulator); leave it out, not {args.sim!r}")
         return synth.sweep(args)
-    args.sim = os.environ.get("FABRICSIM_SIM", "verilator")
+    if args.sim is None:
+        args.sim = os.environ.get("FABRICSIM_SIM", "verilator")
     console = Console(stderr=True, log_path=False)
     pairs = resolve_names([args.name])
     if len(pairs) != 1 or "." not in args.name:
