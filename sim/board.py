@@ -136,7 +136,7 @@ def build_on_board(block_name, board, build_dir, items=()):
 def main(argv=None):
     """``python -m sim.board``; returns the exit status (2 on bad input)."""
     from sim.cli import OneLineParser, UsageError, folder_option
-    from sim.synth import check_config, load_config_file
+    from sim.synth import load_config_file
 
     parser = OneLineParser(prog="python -m sim.board", description=__doc__.split("\n\n")[0])
     parser.add_argument("block", metavar="BLOCK")
@@ -146,7 +146,6 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         config = load_config_file(args.config) if args.config else {}
-        check_config(config)
         from sim.synth import BLOCKS
         fabric = BLOCKS[args.block].fabric if args.block in BLOCKS else None
         folder = build_on_board(args.block, args.board, args.build, config.get(fabric, ()))

@@ -87,8 +87,8 @@ from pathlib import Path
 from sim.toolchain import prepare_yowasp
 
 __all__ = ["BLOCKS", "DEVICES", "LARGE_DESIGN_LUTS", "LARGE_DESIGN_OPTIONS", "SMALL_BLOCKS",
-           "SMALL_TOPS", "Block", "Device", "block_config", "block_named", "check_config",
-           "load_config_file", "main", "start_order", "synthesise", "tool_versions", "unit_name", "yowasp_tool"]
+           "SMALL_TOPS", "Block", "Device", "block_config", "block_named", "load_config_file",
+           "main", "start_order", "synthesise", "tool_versions", "unit_name", "yowasp_tool"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -569,25 +569,6 @@ def load_config_file(path):
     return out
 
 
-def check_config(config):
-    """Check every table of ``config`` (:func:`load_config_file`'s
-    ``{fabric: [FIELD=VALUE, ...]}``) as its fabric's configuration, also the
-    tables of fabrics that nothing being built belongs to.
-
-    Raises
-    ------
-    UsageError
-        On a bad value, naming the table and the field.
-    """
-    from sim.cli import UsageError, parse_overrides
-
-    for fabric, items in config.items():
-        try:
-            parse_overrides(_config_class(fabric), items)
-        except UsageError as error:
-            raise UsageError(f"--config [{fabric}]: {error}") from None
-
-
 def block_config(block, items=()):
     """The structural configuration ``block`` is synthesised at: its fabric's
     default, then :data:`SMALL_TOPS` for a top or :data:`SMALL_BLOCKS` for a
@@ -928,8 +909,10 @@ def plan(blocks=(), devices=(), config=None):
     Raises
     ------
     UsageError
-        On an unknown block or device, or a bad configuration field of any
-        fabric (checked here, before anything runs).
+        On an unknown block or device, or a bad configuration field of a
+        fabric a planned block belongs to (checked here, before anything
+        runs, as each block is built: a top at :data:`SMALL_TOPS`, a block at
+        its fabric's default or :data:`SMALL_BLOCKS`).
     """
     from sim.cli import UsageError
 
@@ -938,7 +921,6 @@ def plan(blocks=(), devices=(), config=None):
     for name in devices:
         _device_named(name)
     config = config or {}
-    check_config(config)
     blocks = list(dict.fromkeys(blocks))      # each once, however often named
     out = []
     for name in blocks or BLOCKS:
@@ -981,6 +963,13 @@ def main(args):
     console = Console(stderr=True, log_path=False)
     config = load_config_file(args.config) if args.config else {}
     tasks = plan(args.blocks, [args.device] if args.device else [], config)
+    unused = sorted(set(config) - {BLOCKS[name].fabric for name, _, _ in tasks})
+    if unused:
+        # checked only as each block is built: another base would refuse
+        # values that suit the small tops, or accept ones that do not
+        console.log(f"--config: {', '.join(f'[{f}]' for f in unused)} not used, no block of "
+                    f"{'that fabric' if len(unused) == 1 else 'those fabrics'} is synthesised "
+                    f"here; its values were not checked")
     if args.freq is not None and not 1 <= args.freq <= 1000:
         raise UsageError(f"--freq must be a clock in MHz from 1 to 1000, not {args.freq:g}")
     if not args.timeout > 0:

@@ -147,13 +147,13 @@ def test_bad_synthesis_input_is_refused(tmp_path, capsys):
         bad.write_text(f"[{table}]\n{text}\n")
         assert main(base + ["shaper", "--config", str(bad)]) == 2
         assert f"--config {bad}: [{table}] {message}" in capsys.readouterr().err
-    # A run-time field changes no hardware; every table is checked, also one
-    # of a fabric nothing synthesised belongs to; one table per fabric.
+    # A run-time field changes no hardware; a table is checked for the blocks
+    # it applies to (below: dsm's, not mesh's); one table per fabric.
     for text, message in (
             ("[dsm]\nshared_vc = true\n", f"--config {bad}: [dsm] fields must be among its "
                                            "structural ones, cpcs,"),
-            ("[mesh]\nflit_bytes = 24\n",
-             "--config [mesh]: flit_bytes must be one of 8, 16, 32, not 24"),
+            ("[mesh]\nflit_bytes = 24\n[dsm]\nflit_bytes = 24\n",
+             "flit_bytes must be one of 16, 32, 64, not 24"),
             ("[[dsm]]\nflit_bytes = 16\n", f"--config {bad}: dsm must be one table, [dsm], "
                                             "not list")):
         bad.write_text(text)
@@ -167,6 +167,17 @@ def test_bad_synthesis_input_is_refused(tmp_path, capsys):
     assert not (tmp_path / "r" / "synth.json").exists()
     with pytest.raises(UsageError, match="BLOCK must be one of"):
         synth.synthesise("nothing", "ecp5", build_root=tmp_path)
+
+
+def test_a_config_table_is_checked_as_its_blocks_are_built():
+    """A value that suits the small mesh top (two rows of its two shires) is
+    taken for it; a table no planned block uses is left unchecked."""
+    assert synth.plan(["mesh_top"], [], {"mesh": ["mesh_rows=2"]}) == [
+        ("mesh_top", "ecp5", ("mesh_rows=2",))]
+    assert synth.plan(["shaper"], ["ecp5"], {"mesh": ["flit_bytes=24"]}) == [
+        ("shaper", "ecp5", ())]
+    with pytest.raises(UsageError, match="flit_bytes must be one of 8, 16, 32, not 24"):
+        synth.plan(["mesh_router"], [], {"mesh": ["flit_bytes=24"]})
 
 
 def test_a_config_file_may_start_with_a_byte_order_mark(tmp_path):
