@@ -171,9 +171,10 @@ def test_the_result_file_shows_the_fields_each_series_set_itself():
     """A result's configuration gives the cluster sizes, placements, planes
     and payloads the series ran with, not the defaults they replaced."""
     runs = [{"ranks": [0, 1], "plane_enable": 1}, {"ranks": list(range(16)), "plane_enable": 2}]
-    points = [[(16384, 900), (32768, 1700)], [(16384, 2000), (32768, 3900)]]
+    points = [[(512, 90), (32768, 1700)], [(512, 200), (32768, 3900)]]
     config = dsm._config_as_run(DsmConfig(), runs, points)
     assert (config["cluster_size"], config["placement"], config["gx_planes"],
-            config["payload_kib"]) == ([2, 16], "per series", ["gx0", "gx1"], [16, 32])
+            config["payload_kib"]) == ([2, 16], "per series", "per series: gx0 / gx1",
+                                       [0.5, 32])
     one = dsm._config_as_run(DsmConfig(), runs[:1], points[:1])
     assert (one["cluster_size"], one["placement"], one["gx_planes"]) == (2, [0, 1], "gx0")

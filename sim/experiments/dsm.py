@@ -491,8 +491,9 @@ def _config_as_run(cfg, runs, points):
     sets itself as the runs ``runs`` (one per series) and their ``points``
     (``[(payload bytes, cycles)]`` per series) had them: the cluster size,
     the placement (``"per series"`` when they differ: each series lists its
-    ``ranks_on_slots``), the planes switched on and the payload sizes in KiB;
-    one value when every series shares it, else the list of them."""
+    ``ranks_on_slots``), the planes switched on (``"per series: gx0 / gx1"``
+    when they differ) and the payload sizes in KiB; one value when every
+    series shares it, else the list of them."""
     out = {k: (list(v) if isinstance(v, tuple) else v)
            for k, v in dataclasses.asdict(cfg).items()}
     if not runs:
@@ -505,8 +506,11 @@ def _config_as_run(cfg, runs, points):
     out["cluster_size"] = one_or_all(len(r["ranks"]) for r in runs)
     placements = list(dict.fromkeys(tuple(r["ranks"]) for r in runs))
     out["placement"] = list(placements[0]) if len(placements) == 1 else "per series"
-    out["gx_planes"] = one_or_all(_PLANES_BY_MASK[r["plane_enable"]] for r in runs)
-    sizes = list(dict.fromkeys(tuple(b // 1024 for b, _ in pts) for pts in points))
+    planes = list(dict.fromkeys(_PLANES_BY_MASK[r["plane_enable"]] for r in runs))
+    # a list here would read as both planes on
+    out["gx_planes"] = planes[0] if len(planes) == 1 else f"per series: {' / '.join(planes)}"
+    sizes = list(dict.fromkeys(tuple(b / 1024 if b % 1024 else b // 1024 for b, _ in pts)
+                               for pts in points))
     out["payload_kib"] = list(sizes[0]) if len(sizes) == 1 else "per series"
     return out
 
