@@ -747,12 +747,13 @@ def _cmd_sweep(args):
         console.log(sweep.progress_line(done, total, f"{fabric}.{name}", point, error))
 
     def check(data):
-        # on the first point back, so that a mistyped --metric costs one point
+        # on the grid's first point, so that a mistyped --metric costs a point
+        # or two, not the sweep
         quantities = list(dict.fromkeys(r["quantity"] for r in data["rows"]))
         if args.metric is not None and not any(q.startswith(args.metric) for q in quantities):
-            raise UsageError(f"--metric must start a row's quantity, one of: "
-                             f"{'; '.join(quantities)}; not {args.metric!r} (the sweep stopped "
-                             f"after its first point)")
+            raise UsageError(f"--metric must start a row's quantity (of the first point: "
+                             f"{'; '.join(quantities)}), not {args.metric!r}; the sweep "
+                             f"stopped there")
     with sweep.outputs_checked(results_dir, f"{fabric}.{name}", args.build):
         console.log(f"{fabric}.{name}: {len(points)} point{'s' * (len(points) != 1)} on "
                     f"{args.engine}"

@@ -149,8 +149,8 @@ def run_sweep(points, sim, build_root, run_root, engine="local", jobs=1, schedul
               progress=None, check=None):
     """Simulate every planned point; returns ``[(data or None, error or None)]`` in
     the order of ``points``.  ``progress(done, total, point, error)`` is called as
-    each point finishes, ``check(data)`` with the first point's data
-    (:func:`map_tasks`).
+    each point finishes, ``check(data)`` with the first point's data (the
+    first in grid order, when it did not fail; :func:`map_tasks`).
 
     Raises
     ------
@@ -182,9 +182,11 @@ def run_sweep(points, sim, build_root, run_root, engine="local", jobs=1, schedul
                          prepare=[(generate, (f, hw, build_root)) for f, hw in builds],
                          check=check)
     except UsageError:
-        # refused (an unreachable scheduler, a --metric no row has): no run folder
-        shutil.rmtree(run_root, ignore_errors=True)
-        _remove_if_empty(made)
+        # refused (an unreachable scheduler, a --metric no row has): no run
+        # folder, unless Dask workers may still be writing to it
+        if engine == "local" or not any(run_root.iterdir()):
+            shutil.rmtree(run_root, ignore_errors=True)
+            _remove_if_empty(made)
         raise
 
 
@@ -203,9 +205,10 @@ def map_tasks(fn, tasks, engine="local", jobs=1, scheduler=None, progress=None,
     raised, or whose worker died (a killed process, a lost Dask worker), gives
     ``(None, message)`` and fails only itself.
     ``progress(done, total, index, error)`` is called as each task finishes,
-    and ``check(result)`` with the first result that came back (not an
-    error): a :class:`~sim.cli.UsageError` it raises cancels the tasks not
-    yet started and is raised once the running ones end.
+    and ``check(result)`` with the first task's result when that task did
+    not fail: a :class:`~sim.cli.UsageError` it raises cancels the tasks no
+    worker has taken yet and is raised (on the local pool once the running
+    ones end; Dask cannot stop a running task, which ends on its worker).
 
     Raises
     ------
@@ -219,8 +222,6 @@ def map_tasks(fn, tasks, engine="local", jobs=1, scheduler=None, progress=None,
         raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     out = [None] * len(tasks)
 
-    checked = []
-
     def finished(done, i, future):
         try:
             out[i] = outcome(future.result())
@@ -228,8 +229,7 @@ def map_tasks(fn, tasks, engine="local", jobs=1, scheduler=None, progress=None,
             out[i] = (None, f"{type(error).__name__}: {error}")
         if progress:
             progress(done, len(tasks), i, out[i][1])
-        if check is not None and not checked and out[i][1] is None:
-            checked.append(i)
+        if check is not None and i == 0 and out[i][1] is None:
             check(out[i][0])
 
     if engine == "local":

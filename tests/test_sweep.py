@@ -207,7 +207,7 @@ def test_a_twenty_point_sweep_is_the_same_on_both_engines(tmp_path):
 
 
 def test_a_check_that_refuses_the_first_result_cancels_the_points_not_started():
-    """A --metric no row has is found on the first point back; the points
+    """A --metric no row has is found on the grid's first point; the points
     not yet started never run."""
     import time
 
