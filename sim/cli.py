@@ -594,8 +594,18 @@ def _cmd_run(args):
     named = set(args.names)
     jobs, skipped = [], []
     for fabric in fabrics:
+        # what every experiment of the fabric would refuse, once per fabric
+        fab = _fabric(fabric)
         try:
-            parse_overrides(_fabric(fabric).config, sets[fabric])
+            cfg = parse_overrides(fab.config, sets[fabric])
+            # (an experiment named alone gives its own reason, checked with it)
+            if (fabric in named or "all" in named) \
+                    and hasattr(fab.module, "check_fabric_overrides"):
+                explicit = {item.partition("=")[0] for item in sets[fabric]}
+                try:
+                    fab.module.check_fabric_overrides(cfg, explicit)
+                except ValueError as error:
+                    raise UsageError(str(error)) from None
         except UsageError as error:
             if len(fabrics) == 1:
                 raise

@@ -90,9 +90,12 @@ CASES = [
     ("pcie-retrained-width-of-no-gpu", ["run", "pcie.peer_copy", "--set", "retrained_lanes=4"],
      "retrained_lanes needs retrained_gpu set to a GPU from 0 to 7 (it is -1: no link "
      "retrained), else it has no effect; not 4 alone"),
-    # in a whole fabric's run, the experiment that refused the value is named
+    # a value no experiment of the fabric takes is named once, not by experiment
     ("pcie-retrained-rate-of-no-gpu", ["run", "pcie", "--set", "retrained_generation=3"],
-     "pcie.peer_copy: retrained_generation needs retrained_gpu set"),
+     "retrained_generation needs retrained_gpu set"),
+    ("pcie-retrained-rate-of-no-gpu-in-all", ["run", "all", "--set", "retrained_generation=3"],
+     "pcie: retrained_generation needs retrained_gpu set"),
+    # in a whole fabric's run, the experiment that refused the value is named
     ("mesh-no-far-shire", ["run", "mesh.message_size", "--set", "compute_shires=3"],
      "compute_shires (3) and placement must put a shire 8 hops from shire 0 for the "
      "message-size paths, not at most 3"),

@@ -19,7 +19,7 @@ from sim.experiments import SetByExperiment, load_reference, unfinished
 from sim.fit import error_pct, fit_affine
 
 __all__ = ["EXPERIMENTS", "Experiment", "ExperimentError", "SIZE_FIELDS", "build_runs",
-           "check_overrides", "plan", "analyse", "check_run", "reference", "copy_run", "scenarios"]
+           "check_fabric_overrides", "check_overrides", "plan", "analyse", "check_run", "reference", "copy_run", "scenarios"]
 
 FABRIC = "pcie"
 #: Bytes each pair copies in the sweep (steady state from the first).
@@ -172,8 +172,7 @@ def check_overrides(cfg, exp, explicit=()):
         Naming the field, what sets it instead (or what ``exp`` uses) and the
         value given.
     ValueError
-        If ``retrained_lanes`` or ``retrained_generation`` is set while
-        ``retrained_gpu`` names no GPU, for any experiment.
+        As :func:`check_fabric_overrides`.
     """
     name = f"pcie.{exp.name}"
     if "staging_chunk_bytes" in explicit and exp.chunk != "staging_chunk_bytes":
@@ -190,6 +189,19 @@ def check_overrides(cfg, exp, explicit=()):
         if field in explicit:
             raise SetByExperiment(f"{field} must be left unset for {name}, whose scenarios set "
                                   f"it themselves, not {getattr(cfg, field)}")
+    check_fabric_overrides(cfg, explicit)
+
+
+def check_fabric_overrides(cfg, explicit=()):
+    """Refuse a ``--set`` that has no effect on any experiment:
+    ``retrained_lanes`` or ``retrained_generation`` while ``retrained_gpu``
+    names no GPU.  ``explicit`` holds the names of the fields the user set.
+
+    Raises
+    ------
+    ValueError
+        Naming the field and what it needs.
+    """
     for field in ("retrained_lanes", "retrained_generation"):
         if field in explicit and cfg.retrained_gpu < 0:
             raise ValueError(f"{field} needs retrained_gpu set to a GPU from 0 to "
