@@ -12,9 +12,12 @@ STAMP := $(VENV)/.fabricsim-installed
 # ran; a package that appears later needs one reinstall to be importable.
 PACKAGES := $(wildcard hdl/__init__.py sim/__init__.py testbenches/__init__.py)
 
-# Checked here, before the proofs that make report runs first.
+# Checked here, before the proofs that make report runs first, for the
+# targets that simulate (a SIM set for another tool leaves the others alone).
+ifneq ($(filter report test soak bench,$(MAKECMDGOALS)),)
 ifneq ($(filter-out verilator icarus,$(SIM))$(words $(SIM)),1)
   $(error SIM must be verilator or icarus, not '$(SIM)')
+endif
 endif
 export FABRICSIM_SIM := $(SIM)
 # Where builds and results go (make report BUILD=/tmp/b RESULTS=/tmp/r).
@@ -23,8 +26,10 @@ RESULTS ?= results
 # The build folder keeps each simulation's result and each passed proof
 # under a key of their inputs; make report FRESH=1 simulates and proves all
 # again (FRESH=0, or FRESH unset, does not).
+ifneq ($(filter report prove,$(MAKECMDGOALS)),)
 ifneq ($(filter-out 0 1,$(FRESH))$(word 2,$(FRESH)),)
   $(error FRESH must be 1 or 0, not '$(FRESH)')
+endif
 endif
 FRESH_FLAG := $(if $(filter 1,$(FRESH)),--fresh)
 # Seconds Yosys and nextpnr may take on one synthesis unit (make synth

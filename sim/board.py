@@ -119,13 +119,14 @@ def build_on_board(block_name, board, build_dir, items=()):
     block = BLOCKS[block_name]
     if board not in BOARDS:
         raise UsageError(f"--board must be one of {', '.join(BOARDS)}, not {board!r}")
+    cfg = block_config(block, items)            # bad input stops before any folder
     _writable_folders((Path(build_dir), "--build"))
     module, cls, tools = BOARDS[board]
     platform = getattr(importlib.import_module(module), cls)()
     for var, tool in tools.items():
         os.environ.setdefault(var, yowasp_tool(tool))
     folder = Path(build_dir).resolve() / "board" / f"{board}-{block_name}"
-    design = BoardHarness(block.build(block_config(block, items)))
+    design = BoardHarness(block.build(cfg))
     # Prepared and run here rather than through ``platform.build``, which
     # also asks for the board's programmer, which a build does not need.
     plan = platform.build(design, name="top", do_build=False)

@@ -207,9 +207,9 @@ def parse_overrides(config_cls, items):
         try:
             if isinstance(default, tuple):
                 # [16,32] and (16,32), as fabricsim list and TOML write them, too
-                text = re.sub(r"^\s*([\[(])(.*)([\])])\s*$",
-                              lambda m: m[2] if m[1] + m[3] in ("[]", "()") else m[0], text)
-                parts = text.replace(" ", "").split(",") if text.strip() else []
+                inner = re.sub(r"^\s*([\[(])(.*)([\])])\s*$",
+                               lambda m: m[2] if m[1] + m[3] in ("[]", "()") else m[0], text)
+                parts = inner.replace(" ", "").split(",") if inner.strip() else []
                 if "" in parts:
                     raise UsageError(f"{name} must be comma-separated numbers with none "
                                      f"left empty, not {text!r}")

@@ -373,7 +373,8 @@ def main(argv=None):
     """
     import sys
 
-    from sim.cli import OneLineParser, _writable_folders, folder_option, jobs_option
+    from sim.cli import (OneLineParser, _remove_if_empty, _writable_folders, folder_option,
+                         jobs_option)
 
     parser = OneLineParser(prog="python -m sim.random_traffic",
                            description=__doc__.split("\n\n")[0])
@@ -413,16 +414,16 @@ def main(argv=None):
         check_simulator(args.sim)
         # Checked now, not after the simulations: a results path that is a
         # file would otherwise lose their work.
-        created = Path(args.results) in _writable_folders((Path(args.build), "--build"),
-                                                          (Path(args.results), "--results"))
+        made = _writable_folders((Path(args.build), "--build"),
+                                 (Path(args.results), "--results"))
     except (ValueError, RuntimeError) as error:
         print(f"sim.random_traffic: error: {error}", file=sys.stderr)
         return 2
     try:
         return _run_and_write(args)
     finally:
-        if created and not any(Path(args.results).iterdir()):
-            Path(args.results).rmdir()
+        # a run that wrote nothing (an interrupt) leaves no empty folder
+        _remove_if_empty(made)
 
 
 def _run_and_write(args):

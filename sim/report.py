@@ -1019,10 +1019,12 @@ def write_report(results_dir: Path) -> Path:
         f"No `{BENCH_NAME}` in this folder: `make bench` measures simulated cycles per "
         "second and the report's own time, and writes it.", ""]
     synth_lines, synth_plots = _synth_section(results_dir)
-    lines += synth_lines or [
-        "## FPGA synthesis", "",
-        f"No `{SYNTH_NAME}` in this folder: `make synth` synthesises every block and writes "
-        "it.", ""]
+    if not (results_dir / SYNTH_NAME).exists():
+        # the section's heading, the line, then any synthesis sweep's plot
+        synth_lines = ["## FPGA synthesis", "",
+                       f"No `{SYNTH_NAME}` in this folder: `make synth` synthesises every "
+                       "block and writes it.", ""] + synth_lines[2:]
+    lines += synth_lines
     plots.update(synth_plots)
 
     current_fabric = None

@@ -502,7 +502,12 @@ def test_python_m_sim_cli_gives_one_line_for_errors_raised_outside_it(tmp_path):
      "--grid", "flit_bytes=16,32"],
     ["--results", "afile", "--build", "b1/b2", "sweep", "pcie.peer_copy",
      "--grid", "lanes=8,16"],
-], ids=["run", "synth", "synth-sweep", "sweep"])
+    # the results folder checked first and made, then the build folder refused
+    ["--results", "r1/r2", "--build", "afile", "sweep", "synth.shaper",
+     "--grid", "flit_bytes=16,32"],
+    ["--results", "r1/r2", "--build", "afile", "sweep", "pcie.peer_copy",
+     "--grid", "lanes=8,16"],
+], ids=["run", "synth", "synth-sweep", "sweep", "synth-sweep-build", "sweep-build"])
 def test_a_command_refused_for_one_folder_leaves_the_other_uncreated(argv, tmp_path, capsys,
                                                                        monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -29,7 +29,12 @@ def test_a_bad_variable_stops_make_with_one_line(assignment, message):
     done = _make("report", assignment)
     assert done.returncode == 2
     assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1
-    assert "sim.prove" not in done.stdout
+
+
+def test_a_target_that_does_not_simulate_ignores_sim():
+    # cocotb's own makefiles read SIM too (SIM=ghdl, say)
+    done = _make("clean", "SIM=ghdl", "FRESH=no")
+    assert done.returncode == 0, done.stderr
 
 
 @pytest.mark.parametrize("fresh, flag", [("FRESH=1", True), ("FRESH=0", False), (None, False)])
@@ -39,7 +44,15 @@ def test_fresh_means_what_it_says(fresh, flag):
     assert ("--fresh" in done.stdout) == flag
 
 
-def test_refused_input_stops_synth_and_report_before_their_next_step():
-    # exit status 2 is fabricsim's and the tools' refusal of bad input
-    for target in ("synth", "report"):
-        assert "test $status -ne 2 || exit 2" in _make(target).stdout
+@pytest.mark.skipif(not (ROOT / ".venv" / ".fabricsim-installed").exists(),
+                    reason="needs the project's .venv (make venv)")
+def test_refused_input_stops_make_synth_before_its_sweep(tmp_path):
+    # exit status 2 is fabricsim's refusal of bad input; the sweep would
+    # synthesise three points
+    done = subprocess.run(["make", "-s", "-C", str(ROOT), "synth", "SYNTH_TIMEOUT=-5",
+                           f"BUILD={tmp_path / 'b'}", f"RESULTS={tmp_path / 'r'}"],
+                          capture_output=True, text=True, check=False, timeout=120)
+    assert done.returncode == 2
+    assert "--timeout must be a positive number of seconds, not -5" in done.stderr
+    assert "synth.tpc_arbiter" not in done.stdout + done.stderr
+    assert not (tmp_path / "r").exists()
