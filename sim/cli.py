@@ -33,8 +33,8 @@ from sim.experiments import SetByExperiment
 
 __all__ = ["FieldSetByExperiment", "Job", "OneLineParser", "UsageError", "execute_job",
            "execute_or_error", "folder_option", "generate", "job_run_folders", "job_verilog",
-           "jobs_option", "longest_first", "main", "parse_overrides", "plan_job", "pool", "resolve_names", "runs_logged",
-           "write_json_atomically"]
+           "jobs_option", "longest_first", "main", "parse_overrides", "plan_job", "pool",
+           "resolve_names", "runs_logged", "write_json_atomically"]
 
 FABRICS = ("dsm", "mesh", "pcie")
 
@@ -821,7 +821,8 @@ def _cmd_report(args):
 
 def main(argv=None):
     """Entry point of the ``fabricsim`` command; returns the exit status."""
-    parser = OneLineParser(prog="fabricsim", description=__doc__.split("\n\n")[0].replace("``", ""))
+    parser = OneLineParser(prog="fabricsim",
+                           description=__doc__.split("\n\n")[0].replace("``", ""))
     parser.add_argument("--results", default="results", type=folder_option,
                         help="results folder (default: results)")
     parser.add_argument("--build", default="build", type=folder_option,

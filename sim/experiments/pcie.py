@@ -19,7 +19,8 @@ from sim.experiments import SetByExperiment, load_reference, unfinished
 from sim.fit import error_pct, fit_affine
 
 __all__ = ["EXPERIMENTS", "Experiment", "ExperimentError", "SIZE_FIELDS", "build_runs",
-           "check_fabric_overrides", "check_overrides", "plan", "analyse", "check_run", "reference", "copy_run", "scenarios"]
+           "check_fabric_overrides", "check_overrides", "plan", "analyse", "check_run",
+           "reference", "copy_run", "scenarios"]
 
 FABRIC = "pcie"
 #: Bytes each pair copies in the sweep (steady state from the first).
