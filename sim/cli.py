@@ -209,10 +209,13 @@ def parse_overrides(config_cls, items):
                 # [16,32] and (16,32), as fabricsim list and TOML write them, too
                 inner = re.sub(r"^\s*([\[(])(.*)([\])])\s*$",
                                lambda m: m[2] if m[1] + m[3] in ("[]", "()") else m[0], text)
-                parts = inner.replace(" ", "").split(",") if inner.strip() else []
+                parts = [p.strip() for p in inner.split(",")] if inner.strip() else []
                 if "" in parts:
                     raise UsageError(f"{name} must be comma-separated numbers with none "
                                      f"left empty, not {text!r}")
+                if any(re.search(r"\s", p) for p in parts):
+                    # "1 2" is no number: not read as 12
+                    raise UsageError(f"{name} must be comma-separated numbers, not {text!r}")
                 value = tuple(_number(p) for p in parts)
             elif isinstance(default, bool):
                 if text.lower() not in _BOOLEAN:
@@ -723,6 +726,7 @@ def _cmd_run(args):
 
 def _cmd_sweep(args):
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from sim import sweep
@@ -767,7 +771,8 @@ def _cmd_sweep(args):
     with sweep.outputs_checked(results_dir, f"{fabric}.{name}", args.build):
         console.log(f"{fabric}.{name}: {len(points)} point{'s' * (len(points) != 1)} on "
                     f"{args.engine}"
-                    + (f" ({args.scheduler})" if args.scheduler else f", {args.jobs} at a time"))
+                    + (f" ({escape(args.scheduler)})" if args.scheduler
+                       else f", {args.jobs} at a time"))
         outcomes = sweep.run_sweep(points, args.sim, args.build, run_root, engine=args.engine,
                                    jobs=args.jobs, scheduler=args.scheduler, progress=progress,
                                    check=check)

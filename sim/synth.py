@@ -967,9 +967,10 @@ def main(args):
     if unused:
         # checked only as each block is built: another base would refuse
         # values that suit the small tops, or accept ones that do not
-        console.log(f"--config: {', '.join(f'[{f}]' for f in unused)} not used, no block of "
-                    f"{'that fabric' if len(unused) == 1 else 'those fabrics'} is synthesised "
-                    f"here; its values were not checked")
+        console.log(escape(f"--config: {', '.join(f'[{f}]' for f in unused)} not used, no "
+                           f"block of ")
+                    + f"{'that fabric' if len(unused) == 1 else 'those fabrics'} is "
+                    f"synthesised here; its values were not checked")
     if args.freq is not None and not 1 <= args.freq <= 1000:
         raise UsageError(f"--freq must be a clock in MHz from 1 to 1000, not {args.freq:g}")
     if not args.timeout > 0:

@@ -166,6 +166,9 @@ CASES = [
      "payload_kib must be sizes whose regions fit smem_bytes (65536 B): run load@72KiB"),
     ("dsm-fixed-payload-over-smem", ["run", "dsm.topology", "--set", "smem_bytes=65536"],
      "smem_bytes must hold the 131072 B run stride1@64KiB puts on SM slot 1"),
+    ("dsm-placement-with-a-space", ["run", "dsm.one_way", "--set", "cluster_size=2",
+                                    "--set", "placement=[1 2, 5]"],
+     "placement must be comma-separated numbers, not '[1 2, 5]'"),
     ("mesh-shires-on-a-one-shire-build", ["run", "mesh.barrier", "--set", "compute_shires=4"],
      "compute_shires=4 does not fit mesh.barrier's build (mesh_cols=1, mesh_rows=1,"),
     ("mesh-barrier-of-one-minion", ["run", "mesh.barrier", "--set", "neighbourhoods=1",
@@ -459,6 +462,12 @@ def test_a_whole_fabric_run_skips_an_experiment_that_sets_the_field_itself(tmp_p
     status, err = _run(tmp_path, capsys, ["run", "dsm.plane_off", "dsm.one_way",
                                           "--set", "gx_planes=gx0"])
     _assert_refused(status, err, "gx_planes must be left unset for dsm.plane_off")
+    # a value that does not fit an experiment's own build skips it the same way
+    status = main(["--build", str(tmp_path / "build"), "--results", str(tmp_path / "results"),
+                   "run", "mesh", "--set", "compute_shires=32"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert status == 130, err
+    assert "skipped: compute_shires=32 does not fit mesh.barrier's build" in err
 
 
 def test_a_sweep_refused_for_its_build_folder_leaves_no_sweep_folder(tmp_path, capsys):

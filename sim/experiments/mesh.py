@@ -20,7 +20,7 @@ from hdl.etsoc.config import COMBINE_OPS, hops
 from hdl.etsoc.engine import Couple, EngineReg, checksum, combine, register_word, tree_roles
 from hdl.etsoc.mesh import ALL_MINIONS, GLOBAL, Port, counter_names, mesh_registers
 from sim import stall
-from sim.experiments import load_reference, unfinished
+from sim.experiments import SetByExperiment, load_reference, unfinished
 from sim.fit import error_pct
 
 __all__ = ["ExperimentError", "EXPERIMENTS", "PingPong", "OneWay", "Cell", "Cells", "Tree",
@@ -251,8 +251,10 @@ def _with_build(cfg, build, explicit, where):
         held = ", ".join(f"{k}={v!r}" for k, v in fields.items())
         mine = sorted(k for k in explicit if hasattr(cfg, k))
         told = ", ".join(f"{k}={getattr(cfg, k)!r}" for k in mine) or "the settings"
-        raise ValueError(f"{told} {'does' if len(mine) == 1 else 'do'} not fit {where} "
-                         f"({held}): {error}") from None
+        # the build's fields are the experiment's own: a run of the whole
+        # fabric skips it, as for any field an experiment sets itself
+        raise SetByExperiment(f"{told} {'does' if len(mine) == 1 else 'do'} not fit {where} "
+                              f"({held}): {error}") from None
 
 
 def build_config(cfg, exp, explicit=()):
@@ -260,10 +262,11 @@ def build_config(cfg, exp, explicit=()):
 
     Raises
     ------
-    ValueError
+    sim.experiments.SetByExperiment
         If the build fields and the user's settings do not make a valid
         configuration (the message names the user's fields, the build's and
-        the field the configuration refuses).
+        the field the configuration refuses): a run of the whole fabric skips
+        the experiment.
     """
     return _with_build(cfg, exp.build, explicit, f"mesh.{exp.name}'s build")
 
@@ -273,7 +276,7 @@ def build_parts(cfg, exp, explicit=()):
 
     Raises
     ------
-    ValueError
+    sim.experiments.SetByExperiment
         If a part's build fields and the user's settings do not make a valid
         configuration (the message names the field).
     """
