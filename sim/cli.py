@@ -109,6 +109,29 @@ def _writable_folders(*folders):
     return sorted(made, key=lambda f: -len(f.absolute().parts))
 
 
+def _resolve_simulator(args):
+    """Set ``args.sim`` to the simulator to use, ``--sim`` or else
+    ``$FABRICSIM_SIM`` or else verilator, and check it is there.
+
+    Raises
+    ------
+    UsageError
+        If it is unknown or not installed; the message names ``--sim`` or
+        ``$FABRICSIM_SIM``, whichever gave it.
+    """
+    from sim.toolchain import check_simulator
+
+    given = args.sim is not None
+    if not given:
+        args.sim = os.environ.get("FABRICSIM_SIM", "verilator")
+    try:
+        check_simulator(args.sim)
+    except (ValueError, RuntimeError) as error:
+        text = str(error)
+        where = "--sim" if given else "$FABRICSIM_SIM"
+        raise UsageError(f"{where} {text[4:]}" if text.startswith("sim ") else text) from None
+
+
 def _remove_if_empty(folders):
     """Remove each folder of ``folders`` (in order) that exists and is empty."""
     for folder in folders:
@@ -581,16 +604,11 @@ def _cmd_run(args):
     from rich.console import Console
     from rich.markup import escape
 
-    from sim.toolchain import check_simulator
-
     console = Console(stderr=True, log_path=False)
     pairs = resolve_names(args.names)
     fabrics = list(dict.fromkeys(f for f, _ in pairs))
     sets = _split_sets(fabrics, args.set)
-    try:
-        check_simulator(args.sim)
-    except (ValueError, RuntimeError) as error:
-        raise UsageError(str(error)) from None
+    _resolve_simulator(args)
     # Every plan is built before anything is generated: bad input stops here.
     # An experiment that sets a --set field itself is refused when named on
     # its own and skipped when a whole fabric (or all) is run.
@@ -730,7 +748,6 @@ def _cmd_sweep(args):
     from rich.table import Table
 
     from sim import sweep
-    from sim.toolchain import check_simulator
 
     if args.scheduler is not None and args.engine != "dask":
         raise UsageError("--scheduler needs --engine dask")
@@ -740,8 +757,6 @@ def _cmd_sweep(args):
             raise UsageError(f"--sim does not apply to {args.name} (synthesis runs Yosys and "
                              f"nextpnr, no simulator); leave it out, not {args.sim!r}")
         return synth.sweep(args)
-    if args.sim is None:
-        args.sim = os.environ.get("FABRICSIM_SIM", "verilator")
     console = Console(stderr=True, log_path=False)
     pairs = resolve_names([args.name])
     if len(pairs) != 1 or "." not in args.name:
@@ -749,10 +764,7 @@ def _cmd_sweep(args):
                          f"not {args.name!r}")
     fabric, name = pairs[0]
     grid = sweep.parse_grid(_fabric(fabric).config, args.grid)
-    try:
-        check_simulator(args.sim)
-    except (ValueError, RuntimeError) as error:
-        raise UsageError(str(error)) from None
+    _resolve_simulator(args)
     points = sweep.plan_sweep(fabric, name, grid, args.set)
     results_dir = Path(args.results)
     run_root = Path(args.build) / "runs" / args.sim / "sweep" / f"{fabric}.{name}"
@@ -841,7 +853,7 @@ def main(argv=None):
     run.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                      help="change a configuration field for a what-if (repeatable; "
                           "fabricsim list shows the fields)")
-    run.add_argument("--sim", default=os.environ.get("FABRICSIM_SIM", "verilator"),
+    run.add_argument("--sim", default=None,
                      help="simulator: verilator (the default, or $FABRICSIM_SIM) or icarus")
     run.add_argument("--waves", action="store_true", help="write a waveform per experiment")
     run.add_argument("--fresh", action="store_true",

@@ -373,8 +373,8 @@ def main(argv=None):
     """
     import sys
 
-    from sim.cli import (OneLineParser, _remove_if_empty, _writable_folders, folder_option,
-                         jobs_option)
+    from sim.cli import (OneLineParser, _remove_if_empty, _resolve_simulator, _writable_folders,
+                         folder_option, jobs_option)
 
     parser = OneLineParser(prog="python -m sim.random_traffic",
                            description=__doc__.split("\n\n")[0])
@@ -384,7 +384,7 @@ def main(argv=None):
                         help="run seeds 1 to N (default 2)")
     parser.add_argument("--seed", type=int, action="append", default=[], metavar="S",
                         help="run seed S (repeatable; overrides --seeds)")
-    parser.add_argument("--sim", default=os.environ.get("FABRICSIM_SIM", "verilator"),
+    parser.add_argument("--sim", default=None,
                         help="verilator (the default, or $FABRICSIM_SIM, which make's SIM "
                              "sets) or icarus")
     parser.add_argument("--small", action="store_true", default=None,
@@ -409,9 +409,8 @@ def main(argv=None):
         print(f"sim.random_traffic: error: --seeds must be at least 1, not {args.seeds}",
               file=sys.stderr)
         return 2
-    from sim.toolchain import check_simulator
     try:
-        check_simulator(args.sim)
+        _resolve_simulator(args)
         # Checked now, not after the simulations: a results path that is a
         # file would otherwise lose their work.
         made = _writable_folders((Path(args.build), "--build"),

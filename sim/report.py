@@ -630,8 +630,8 @@ def _fmt_flag(value: float | None) -> str:
 
 def _fmt_rmse(rmse_pct: float, points: int) -> str:
     """A fit's RMSE % to three decimals (a perfect fit's rounding noise,
-    3e-14, reads 0.000), or ``—`` for a line through two points, which always
-    fits them exactly."""
+    3e-14, reads 0.000), or ``— (2 points)`` for a line through two points,
+    which always fits them exactly."""
     return "— (2 points)" if points <= 2 else f"{rmse_pct:.3f}"
 
 

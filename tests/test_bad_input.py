@@ -30,7 +30,7 @@ CASES = [
     ("set-without-value", ["run", "dsm.one_way", "--set", "cluster_size"],
      "--set takes FIELD=VALUE, not 'cluster_size'"),
     ("unknown-simulator", ["run", "pcie.peer_copy", "--sim", "xsim"],
-     "sim must be one of verilator, icarus, not 'xsim'"),
+     "--sim must be one of verilator, icarus, not 'xsim'"),
     ("unknown-flag", ["run", "dsm.one_way", "--fast"], "unrecognized arguments: --fast"),
     ("zero-jobs", ["run", "dsm.one_way", "--jobs", "0"], "argument --jobs/-j: --jobs must be "
                                                          "an integer from 1 to 1024, not '0'"),
@@ -313,7 +313,7 @@ def test_a_refused_build_folder_leaves_no_results_folder(tmp_path, capsys):
 def test_missing_simulator(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     status, err = _run(tmp_path, capsys, ["run", "dsm.one_way", "--sim", "icarus"])
-    _assert_refused(status, err, "sim 'icarus' needs Icarus Verilog")
+    _assert_refused(status, err, "--sim 'icarus' needs Icarus Verilog")
     assert not (tmp_path / "build").exists()
 
 

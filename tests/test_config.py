@@ -117,10 +117,19 @@ def test_cli_exits_2_before_building_on_bad_input(tmp_path, capsys):
     assert not (tmp_path / "b").exists() and not (tmp_path / "r").exists()
 
 
-def test_cli_rejects_unknown_simulator(tmp_path, capsys):
+def test_cli_rejects_unknown_simulator(tmp_path, capsys, monkeypatch):
     status = main(["--build", str(tmp_path / "b"), "run", "dsm.one_way", "--sim", "xsim"])
     assert status == 2
-    assert "sim must be one of" in capsys.readouterr().err
+    assert "fabricsim: error: --sim must be one of" in capsys.readouterr().err
+    # the error names where the name came from: --sim, else the environment
+    monkeypatch.setenv("FABRICSIM_SIM", "xsim")
+    for argv in (["run", "dsm.one_way"], ["sweep", "pcie.peer_copy", "--grid", "lanes=8,16"]):
+        assert main(["--build", str(tmp_path / "b"), *argv]) == 2
+        assert ("fabricsim: error: $FABRICSIM_SIM must be one of verilator, icarus, not 'xsim'"
+                in capsys.readouterr().err)
+    assert main(["--build", str(tmp_path / "b"), "run", "dsm.one_way", "--sim", "verilator",
+                 "--set", "cluster_size=0"]) == 2      # --sim over the environment
+    assert "cluster_size must be" in capsys.readouterr().err
 
 
 def test_list_shows_only_the_fabrics_named(capsys):

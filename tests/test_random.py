@@ -40,7 +40,7 @@ def test_a_seed_draws_the_same_runs_every_time(fabric):
 
 
 def test_main_rejects_bad_arguments(tmp_path, capsys):
-    for argv, field in ((["noc"], "FABRIC"), (["dsm", "--sim", "vcs"], "sim"),
+    for argv, field in ((["noc"], "FABRIC"), (["dsm", "--sim", "vcs"], "--sim"),
                         (["dsm", "--seeds", "0"], "--seeds")):
         assert random_traffic.main([*argv, "--results", str(tmp_path)]) == 2
         err = capsys.readouterr().err.strip()

@@ -74,7 +74,7 @@ def test_a_bad_point_names_the_point():
     (["sweep", "pcie.peer_copy"], "--grid must be given at least once"),
     (["sweep", "pcie.nothing", "--grid", "lanes=8"], "experiment must be one of"),
     (["sweep", "pcie.peer_copy", "--grid", "lanes=8,16", "--sim", "xsim"],
-     "sim must be one of verilator, icarus, not 'xsim'"),
+     "--sim must be one of verilator, icarus, not 'xsim'"),
     # synthesis sweeps: structural fields only, each configuration once, no simulator
     (["sweep", "synth.shaper", "--grid", "shaper_flits=1,2"],
      "synth.shaper takes only structural fields of dsm (the others change no hardware): "
