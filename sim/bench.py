@@ -570,9 +570,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     for fabric in args.fabrics:
         if fabric not in WORKLOADS:
-            print(f"sim.bench: error: FABRIC must be one of {', '.join(WORKLOADS)}, "
-                  f"not {fabric!r}", file=sys.stderr)
-            return 2
+            return parser.refuse(f"FABRIC must be one of {', '.join(WORKLOADS)}, "
+                                 f"not {fabric!r}")
     for bad, message in ((args.megacycles is not None and not 0 < args.megacycles <= 100,
                           f"--megacycles must be above 0 and at most 100, not {args.megacycles}"),
                          (args.pysim_cycles < 1,
@@ -581,14 +580,12 @@ def main(argv=None):
                           f"--pysim-timeout must be a positive number of seconds, "
                           f"not {args.pysim_timeout}")):
         if bad:
-            print(f"sim.bench: error: {message}", file=sys.stderr)
-            return 2
+            return parser.refuse(message)
     try:
         # Checked before the benchmarks, whose rows would otherwise be lost.
         _writable_folders((Path(args.build), "--build"), (Path(args.results), "--results"))
     except UsageError as error:
-        print(f"sim.bench: error: {error}", file=sys.stderr)
-        return 2
+        return parser.refuse(error)
     console = Console(stderr=True, log_path=False)
     rows, skipped = [], []
     for fabric in args.fabrics:

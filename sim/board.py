@@ -151,8 +151,7 @@ def main(argv=None):
         fabric = BLOCKS[args.block].fabric if args.block in BLOCKS else None
         folder = build_on_board(args.block, args.board, args.build, config.get(fabric, ()))
     except UsageError as error:
-        print(f"sim.board: error: {error}", file=sys.stderr)
-        return 2
+        return parser.refuse(error)
     bitstreams = sorted(p.name for p in folder.glob("top.bi[tn]"))
     timing = folder / "top.tim"
     fmax = [line.split("Info: ", 1)[-1] for line in

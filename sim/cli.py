@@ -56,11 +56,24 @@ class OneLineParser(argparse.ArgumentParser):
     ``prog="python -m sim.prove"`` the line starts ``sim.prove: error:``, as
     that tool's other errors do."""
 
-    def error(self, message):
+    def _command(self):
+        """``(name, command)``: ``("sim.prove", "python -m sim.prove")``, or
+        ``("fabricsim", "fabricsim")`` for fabricsim and its subcommands."""
         words = self.prog.split()
-        name = words[2] if words[:2] == ["python", "-m"] else words[0]
-        command = f"python -m {name}" if words[:2] == ["python", "-m"] else name
+        if words[:2] == ["python", "-m"]:
+            return words[2], f"python -m {words[2]}"
+        return words[0], words[0]
+
+    def error(self, message):
+        name, command = self._command()
         self.exit(2, f"{name}: error: {message} (see {command} --help)\n")
+
+    def refuse(self, message):
+        """Print ``message`` as this tool's one-line error on stderr (``NAME:
+        error: message``, as argument errors start) and return 2, the exit
+        status of bad input, for a check made after parsing."""
+        print(f"{self._command()[0]}: error: {message}", file=sys.stderr)
+        return 2
 
 
 def _writable_folder(path, what):
@@ -87,8 +100,7 @@ def _writable_folder(path, what):
 def _writable_folders(*folders):
     """Check each ``(path, what)`` of ``folders`` in order as
     :func:`_writable_folder` does.  Returns the folders it created, missing
-    parents included, deepest first (the order :func:`_remove_if_empty`
-    needs).
+    parents included (for :func:`_remove_if_empty`).
 
     Raises
     ------
@@ -104,9 +116,9 @@ def _writable_folders(*folders):
             made += [f for f in (path, *path.parents) if not f.exists()]
             _writable_folder(path, what)
     except UsageError:
-        _remove_if_empty(sorted(made, key=lambda f: -len(f.absolute().parts)))
+        _remove_if_empty(made)
         raise
-    return sorted(made, key=lambda f: -len(f.absolute().parts))
+    return made
 
 
 def _resolve_simulator(args):
@@ -133,8 +145,9 @@ def _resolve_simulator(args):
 
 
 def _remove_if_empty(folders):
-    """Remove each folder of ``folders`` (in order) that exists and is empty."""
-    for folder in folders:
+    """Remove each folder of ``folders`` that exists and is empty, the
+    deepest first, so that a parent emptied by its child's removal goes too."""
+    for folder in sorted(folders, key=lambda f: -len(Path(f).absolute().parts)):
         if folder.is_dir() and not any(folder.iterdir()):
             folder.rmdir()
 

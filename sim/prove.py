@@ -911,15 +911,12 @@ def main(argv=None):
     args = parser.parse_args(argv)
     unknown = [n for n in args.names if n not in PROOFS]
     if unknown:
-        print(f"sim.prove: error: NAME must be one of {', '.join(PROOFS)}, not "
-              f"{unknown[0]!r}", file=sys.stderr)
-        return 2
+        return parser.refuse(f"NAME must be one of {', '.join(PROOFS)}, not {unknown[0]!r}")
     try:
         # Checked before the proofs, whose table would otherwise be lost.
         _writable_folders((Path(args.build), "--build"), (Path(args.results), "--results"))
     except ValueError as error:
-        print(f"sim.prove: error: {error}", file=sys.stderr)
-        return 2
+        return parser.refuse(error)
     names = list(dict.fromkeys(args.names)) or list(PROOFS)
     console = Console()
     with console.status(f"{len(names)} proofs, {args.jobs} at a time"):

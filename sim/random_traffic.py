@@ -371,8 +371,6 @@ def main(argv=None):
     int
         0 if every run arrived intact, 1 if one did not, 2 on bad arguments.
     """
-    import sys
-
     from sim.cli import (OneLineParser, _remove_if_empty, _resolve_simulator, _writable_folders,
                          folder_option, jobs_option)
 
@@ -402,22 +400,17 @@ def main(argv=None):
     args = parser.parse_args(argv)
     bad = [f for f in args.fabrics if f not in FABRICS]
     if bad:
-        print(f"sim.random_traffic: error: FABRIC must be one of {', '.join(FABRICS)}, "
-              f"not {bad[0]!r}", file=sys.stderr)
-        return 2
+        return parser.refuse(f"FABRIC must be one of {', '.join(FABRICS)}, not {bad[0]!r}")
     if not args.seed and args.seeds < 1:
-        print(f"sim.random_traffic: error: --seeds must be at least 1, not {args.seeds}",
-              file=sys.stderr)
-        return 2
+        return parser.refuse(f"--seeds must be at least 1, not {args.seeds}")
     try:
         _resolve_simulator(args)
         # Checked now, not after the simulations: a results path that is a
         # file would otherwise lose their work.
         made = _writable_folders((Path(args.build), "--build"),
                                  (Path(args.results), "--results"))
-    except (ValueError, RuntimeError) as error:
-        print(f"sim.random_traffic: error: {error}", file=sys.stderr)
-        return 2
+    except ValueError as error:     # UsageError: the simulator or a folder
+        return parser.refuse(error)
     try:
         return _run_and_write(args)
     finally:

@@ -83,17 +83,19 @@ def parse_grid(config_cls, items):
     return grid
 
 
-def grid_points(grid, items, plan):
+def grid_points(grid, items, plan, same=lambda planned: planned):
     """``[(point, point items, plan(point items))]`` for every point of ``grid``
     (``[(field, [values])]``), in product order: ``point`` is ``{field: value
     text}``, ``point items`` the ``FIELD=VALUE`` strings ``items`` plus the
-    point's, and ``plan`` checks and plans them.
+    point's, and ``plan`` checks and plans them.  Two points whose plans give
+    the same ``same(plan)`` (two spellings of one value, 16 and 0x10) are one
+    configuration.
 
     Raises
     ------
     UsageError
-        If an ``items`` field is also swept, or ``plan`` raises it for a
-        point; the message names the point.
+        If an ``items`` field is also swept, ``plan`` raises it for a point,
+        or two points are one configuration; the message names the points.
     """
     from sim.cli import UsageError
 
@@ -102,7 +104,7 @@ def grid_points(grid, items, plan):
         if item.partition("=")[0] in swept:
             raise UsageError(f"--set {item.partition('=')[0]} is also a --grid field; "
                              "give it in one of them")
-    out = []
+    out, seen = [], {}
     for combo in itertools.product(*(values for _, values in grid)):
         point = dict(zip((field for field, _ in grid), combo))
         point_items = list(items) + [f"{k}={v}" for k, v in point.items()]
@@ -110,6 +112,11 @@ def grid_points(grid, items, plan):
             planned = plan(point_items)
         except UsageError as error:
             raise UsageError(f"sweep point {_where(point)}: {error}") from None
+        key = same(planned)
+        if key in seen:
+            raise UsageError(f"sweep points {seen[key]} and {_where(point)} are the same "
+                             "configuration; list each value once")
+        seen[key] = _where(point)
         out.append((point, point_items, planned))
     return out
 
@@ -128,17 +135,11 @@ def plan_sweep(fabric, name, grid, items=()):
     UsageError
         If any point is bad input; the message names the point.
     """
-    from sim.cli import UsageError, plan_job
+    from sim.cli import plan_job
 
-    out, seen = [], {}
-    for point, _, job in grid_points(grid, items, lambda its: plan_job(fabric, name, its)):
-        key = tuple(cfg for _, cfg, _ in job.parts)
-        if key in seen:
-            raise UsageError(f"sweep points {seen[key]} and {_where(point)} are the same "
-                             "configuration; list each value once")
-        seen[key] = _where(point)
-        out.append((point, job))
-    return out
+    return [(point, job) for point, _, job in
+            grid_points(grid, items, lambda its: plan_job(fabric, name, its),
+                        same=lambda job: tuple(cfg for _, cfg, _ in job.parts))]
 
 
 def _point_dir(run_root, index):
@@ -384,7 +385,7 @@ def outputs_checked(results_dir, stem, build_dir):
         made += _writable_folders((Path(build_dir), "--build"))
         yield
     except BaseException:
-        _remove_if_empty(sorted(made, key=lambda f: -len(f.absolute().parts)))
+        _remove_if_empty(made)
         raise
 
 

@@ -476,8 +476,7 @@ def _config_class(fabric):
 def _structural_fields(fabric):
     """Names of the fields of ``fabric``'s configuration that shape the
     hardware (the only ones synthesis takes)."""
-    return [f.name for f in dataclasses.fields(_config_class(fabric))
-            if f.metadata.get("structural")]
+    return [name for name, _ in _config_class(fabric)().structural()]
 
 
 def _flatten(value):
@@ -1061,15 +1060,8 @@ def sweep(args):
             raise UsageError(f"{args.name} takes only structural fields of {block.fabric} "
                              f"(the others change no hardware): one of "
                              f"{', '.join(structural)}, not {field!r}")
-    points, seen = [], {}
-    for point, items, cfg in sweeps.grid_points(grid, args.set,
-                                                lambda items: block_config(block, items)):
-        where = sweeps._where(point)
-        if cfg in seen:
-            raise UsageError(f"sweep points {seen[cfg]} and {where} are the same "
-                             "configuration; list each value once")
-        seen[cfg] = where
-        points.append((point, tuple(items)))
+    points = [(point, tuple(items)) for point, items, _ in
+              sweeps.grid_points(grid, args.set, lambda items: block_config(block, items))]
     console = Console(stderr=True, log_path=False)
     device = block.devices[0]
 
