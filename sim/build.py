@@ -11,7 +11,8 @@ as is, which also lets the simulator builds keyed on that folder be reused.
 A block built many times that stands behind a
 :class:`~hdl.common.shared.SharedModule` is converted once into a module of
 its own (:func:`convert_hierarchy`), marked as a Verilator hierarchical block
-unless its top is one of :data:`FLAT_TOPS`.
+unless its top is one of :data:`FLAT_TOPS` or it is one of
+:data:`FLAT_MODULES`.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FLAT_TOPS", "HIER_BLOCK", "config_hash", "convert_hierarchy", "generate_verilog",
-           "mark_hier_block", "write_atomically"]
+__all__ = ["FLAT_MODULES", "FLAT_TOPS", "HIER_BLOCK", "config_hash", "convert_hierarchy",
+           "generate_verilog", "mark_hier_block", "write_atomically"]
 
 _HASH_CHARS = 12
 
@@ -272,9 +273,9 @@ def convert_hierarchy(component: Any, name: str) -> str:
     its :class:`~hdl.common.shared.SharedModule` instances stand for, each
     converted once however many instances use it and marked as a Verilator
     hierarchical block (:data:`HIER_BLOCK`) unless `name` is in
-    :data:`FLAT_TOPS`.  The top's ``sync`` domain gets ports ``clk`` and
-    ``rst``, and its reset passes one flip-flop before any logic sees it
-    (:func:`_convert_top`).
+    :data:`FLAT_TOPS` or the module in :data:`FLAT_MODULES`.  The top's
+    ``sync`` domain gets ports ``clk`` and ``rst``, and its reset passes one
+    flip-flop before any logic sees it (:func:`_convert_top`).
 
     Raises
     ------
@@ -298,7 +299,8 @@ def convert_hierarchy(component: Any, name: str) -> str:
                 done.add(module_name)
                 pending = modules[module_name]
                 text = _convert_with_domains(pending.take(), module_name, pending.domains)
-                texts.append(text if name in FLAT_TOPS else mark_hier_block(text, module_name))
+                flat = name in FLAT_TOPS or module_name in FLAT_MODULES
+                texts.append(text if flat else mark_hier_block(text, module_name))
     return "\n".join(texts)
 
 
@@ -404,6 +406,23 @@ def _convert_with_domains(block: Any, name: str, domains: tuple) -> str:
 #: was staged, :func:`_convert_top`).  The ET-SoC-1 mesh stays
 #: hierarchical: its 128-minion build took 150 s flat against 12 s.
 FLAT_TOPS = frozenset({"dsm_gpc", "pcie_system"})
+
+#: Shared modules never marked as hierarchical blocks: Verilator builds them
+#: flat inside the block or top that instantiates them.  A hierarchical
+#: block is called through a DPI wrapper that evaluates all of its logic
+#: again whenever any input changes, clock edges included; the minion
+#: engine, 32 to a shire, paid that call from inside the shire.  Measured on
+#: two cores, the ET-SoC-1 mesh with the engines flat inside the
+#: (hierarchical) shire against every shared module a hierarchical block:
+#: the bare C++ harness of ``make bench`` ran one 33,680-cycle run of the
+#: 1,024-minion chip in 289 s against 336 s; ``mesh.allreduce``,
+#: ``mesh.credit`` and ``mesh.ring_bandwidth`` with their builds warm
+#: (``--fresh``, two at a time) in 27, 70 and 47 s against 31, 99 and 68 s,
+#: with identical counters; cold, builds included, the three took 5 min 41 s
+#: against 6 min 19 s.  Routers and mesh stops flat in the top as well ran
+#: the chip in 209 s but built it in 128 s against 85, which cost more in
+#: ``make report`` than it saved.
+FLAT_MODULES = frozenset({"etsoc_minion_engine"})
 
 #: Verilator metacomment that makes a module a hierarchical block: under
 #: ``verilator --hierarchical`` it is verilated and compiled once, however

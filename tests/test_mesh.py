@@ -9,6 +9,7 @@ the build with four minions per shire does.
 """
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ import pytest
 from hdl.etsoc.config import MeshConfig
 from hdl.etsoc.engine import EngineReg
 from hdl.etsoc.mesh import ALL_MINIONS, EtSocMesh
-from sim.build import generate_verilog
+from sim.build import HIER_BLOCK, generate_verilog
 from sim.experiments import mesh
 from sim.report import row_met
 from sim.runner import run_cocotb
@@ -39,6 +40,17 @@ def _verilog(cfg):
 @pytest.fixture(scope="session")
 def verilog():
     return _verilog(CFG)
+
+
+def test_the_minion_engine_is_built_flat_inside_the_shire(verilog):
+    """The shire, router and mesh stop are Verilator hierarchical blocks,
+    each built once for all its instances; the minion engine is not
+    (``sim.build.FLAT_MODULES``), so it is built flat inside the shire."""
+    text = verilog.read_text(encoding="utf-8")
+    marked = re.findall(rf"^module (\w+)\([^;]*\);\n  {re.escape(HIER_BLOCK)}", text,
+                        re.MULTILINE)
+    assert sorted(marked) == ["etsoc_mesh_router", "etsoc_shire", "etsoc_shire_port"], marked
+    assert "module etsoc_minion_engine(" in text
 
 
 def simulate(verilog, runs, tmp_path, cfg=CFG):

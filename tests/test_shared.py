@@ -18,6 +18,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
 from hdl.common.shared import SharedModule, collect_shared_modules
+from sim import build
 from sim.build import FLAT_TOPS, HIER_BLOCK, convert_hierarchy
 from sim.runner import VERILATOR_WAIVERS
 from sim.toolchain import verilator_env
@@ -142,6 +143,14 @@ def test_only_tops_outside_flat_tops_mark_hierarchical_blocks():
     for top in FLAT_TOPS:
         flat = convert_hierarchy(Chain(), top)
         assert HIER_BLOCK not in flat and flat.count("module tagger(") == 1
+
+
+def test_a_module_of_flat_modules_is_not_a_hierarchical_block(monkeypatch):
+    """A shared module in ``FLAT_MODULES`` is still one module, unmarked, so
+    Verilator builds it flat inside its parent (the ET-SoC-1 minion engine)."""
+    monkeypatch.setattr(build, "FLAT_MODULES", frozenset({"tagger"}))
+    flat = convert_hierarchy(Chain(), "chain")
+    assert HIER_BLOCK not in flat and flat.count("module tagger(") == 1
 
 
 def test_the_flat_design_behaves_as_the_shared_one_would():
