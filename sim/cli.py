@@ -97,6 +97,13 @@ def _writable_folder(path, what):
     return created
 
 
+def _missing_folders(path):
+    """``path`` and those of its parents that do not exist yet, innermost
+    first: the folders that making ``path`` would create."""
+    path = Path(path)
+    return [f for f in (path, *path.parents) if not f.exists()]
+
+
 def _writable_folders(*folders):
     """Check each ``(path, what)`` of ``folders`` in order as
     :func:`_writable_folder` does.  Returns the folders it created, missing
@@ -112,9 +119,8 @@ def _writable_folders(*folders):
     made = []
     try:
         for path, what in folders:
-            path = Path(path)
-            made += [f for f in (path, *path.parents) if not f.exists()]
-            _writable_folder(path, what)
+            made += _missing_folders(path)
+            _writable_folder(Path(path), what)
     except UsageError:
         _remove_if_empty(made)
         raise

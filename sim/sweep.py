@@ -159,11 +159,12 @@ def run_sweep(points, sim, build_root, run_root, engine="local", jobs=1, schedul
         If ``engine`` is unknown, the Dask scheduler cannot be reached, or
         ``check`` refuses the first point's data.
     """
-    from sim.cli import UsageError, _remove_if_empty, execute_or_error, generate, job_verilog
+    from sim.cli import (UsageError, _missing_folders, _remove_if_empty, execute_or_error,
+                         generate, job_verilog)
 
     build_root, run_root = str(Path(build_root).resolve()), Path(run_root).resolve()
     # A folder of its own, so two sweeps of one experiment never share run files.
-    made = [f for f in (run_root, *run_root.parents) if not f.exists()]
+    made = _missing_folders(run_root)
     run_root.mkdir(parents=True, exist_ok=True)
     run_root = Path(tempfile.mkdtemp(prefix="sweep-", dir=run_root))
     builds = list(dict.fromkeys(b for _, job in points for b in job_verilog(job)))
@@ -353,10 +354,10 @@ def check_outputs(results_dir, stem):
     sim.cli.UsageError
         Naming ``--results`` and the path at fault.
     """
-    from sim.cli import UsageError, _writable_folder
+    from sim.cli import UsageError, _missing_folders, _writable_folder
 
     folder = Path(results_dir) / "sweep"
-    made = [f for f in (folder, *folder.parents) if not f.exists()]
+    made = _missing_folders(folder)
     _writable_folder(folder, "--results")
     for out in _output_paths(results_dir, stem):
         if out.is_dir():
