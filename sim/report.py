@@ -628,6 +628,16 @@ def _fmt_flag(value: float | None) -> str:
     return "—" if value is None else ("yes" if value else "no")
 
 
+def _value_cells(row: ResultRow) -> list[str]:
+    """A result row's model, seed, unit, error % and target cells: a yes/no
+    row (unit :data:`FLAG_UNIT`) in words, without an error."""
+    if row.unit == FLAG_UNIT:
+        return [_fmt_flag(row.model), _fmt_flag(row.reference), "yes / no", "—",
+                "yes" if row.target in ("1", "1 = yes") else _target_text(row)]
+    return [_fmt_number(row.model), _fmt_number(row.reference), row.unit,
+            _fmt_error(row.error_pct), _target_text(row)]
+
+
 def _fmt_rmse(rmse_pct: float, points: int) -> str:
     """A fit's RMSE % to three decimals (a perfect fit's rounding noise,
     3e-14, reads 0.000), or ``— (2 points)`` for a line through two points,
@@ -876,20 +886,8 @@ def _experiment_section(result: ExperimentResult, results_dir: Path) -> list[str
         lines += [f"Configuration: {config}", ""]
 
     if result.rows:
-        table = [
-            [
-                row.quantity,
-                _fmt_flag(row.model) if row.unit == FLAG_UNIT else _fmt_number(row.model),
-                _fmt_flag(row.reference) if row.unit == FLAG_UNIT else _fmt_number(row.reference),
-                "yes / no" if row.unit == FLAG_UNIT else row.unit,
-                "—" if row.unit == FLAG_UNIT else _fmt_error(row.error_pct),
-                "yes" if row.unit == FLAG_UNIT and row.target in ("1", "1 = yes")
-                else _target_text(row),
-                _MET[row.met],
-                row.source or "—",
-            ]
-            for row in result.rows
-        ]
+        table = [[row.quantity, *_value_cells(row), _MET[row.met], row.source or "—"]
+                 for row in result.rows]
         lines += _md_table(["quantity", "model", "seed", "unit", "error %", "target", "met", "source"], table)
         lines.append("")
 
