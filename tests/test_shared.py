@@ -153,6 +153,29 @@ def test_a_module_of_flat_modules_is_not_a_hierarchical_block(monkeypatch):
     assert HIER_BLOCK not in flat and flat.count("module tagger(") == 1
 
 
+class One(wiring.Component):
+    """One shared :class:`Tagger`, as a 1x1 mesh holds one shire."""
+
+    def __init__(self):
+        super().__init__({"i": In(stream.Signature(16)), "o": Out(stream.Signature(16))})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.t = t = SharedModule(Tagger, "tagger", lanes=1, width=16)
+        m.d.comb += t.i_id.eq(1)
+        wiring.connect(m, wiring.flipped(self.i), t.i[0])
+        wiring.connect(m, t.o[0], wiring.flipped(self.o))
+        return m
+
+
+def test_a_module_with_one_instance_is_not_a_hierarchical_block():
+    """Verilator would build a module instantiated once as a block of its own
+    for nothing, behind the DPI wrapper every block is called through: it is
+    unmarked, and built flat inside its parent."""
+    text = convert_hierarchy(One(), "one")
+    assert HIER_BLOCK not in text and text.count("module tagger(") == 1
+
+
 def test_the_flat_design_behaves_as_the_shared_one_would():
     dut = Chain()
     got = []

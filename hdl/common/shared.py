@@ -141,6 +141,7 @@ class SharedModule(wiring.Component):
                              f"{entry.key} and {self.key}")
         if self._block is not None and entry.block is None:
             entry.block, self._block = self._block, None
+        entry.instances += 1
         ports = {}
         for domain in self.domains:
             prefix = "" if domain == "sync" else f"{domain}_"
@@ -158,10 +159,14 @@ _SIGNATURES: dict[str, wiring.Signature] = {}
 
 class _Pending:
     """A shared module to generate: its block's key, a way to get the block,
-    and its clock domains (their ports follow the block's, in this order)."""
+    its clock domains (their ports follow the block's, in this order) and
+    ``instances``, how many instances of it the Verilog holds (each
+    elaboration of a stand-in adds one: an instance inside another shared
+    module counts once, however many instances that module has)."""
 
     def __init__(self, key, build, domains=("sync",)):
         self.key, self.build, self.block = key, build, None
+        self.instances = 0
         self.domains = tuple(domains)
 
     def take(self):
