@@ -7,6 +7,9 @@ configuration, the RTL sources under the ``hdl`` package, the module that
 defines the component factory, the Amaranth version and this module's own
 post-processing of Yosys's output. A file that is already there is reused
 as is, which also lets the simulator builds keyed on that folder be reused.
+The hash is of the files on disk, the Verilog comes from the code the
+process runs: a process that loaded a source before it was edited generates
+nothing (:class:`SourceChanged`).
 
 A block built many times that stands behind a
 :class:`~hdl.common.shared.SharedModule` is converted once into a module of
@@ -26,14 +29,23 @@ import inspect
 import os
 import re
 import secrets
+import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FLAT_MODULES", "FLAT_TOPS", "HIER_BLOCK", "config_hash", "convert_hierarchy",
-           "generate_verilog", "mark_hier_block", "write_atomically"]
+__all__ = ["FLAT_MODULES", "FLAT_TOPS", "HIER_BLOCK", "SourceChanged", "config_hash",
+           "convert_hierarchy", "generate_verilog", "mark_hier_block", "write_atomically"]
 
 _HASH_CHARS = 12
+
+
+class SourceChanged(RuntimeError):
+    """A source file of the Verilog (under ``hdl/``, the factory's, or
+    ``sim/build.py``) changed on disk after the process that would generate
+    the Verilog loaded it, or while it was generating: the text would not
+    match its key in the build cache, so none is written."""
 
 
 def _hdl_sources(fabric: str | None = None) -> dict[str, Path]:
@@ -74,6 +86,53 @@ def _factory_source(component_factory: Callable[[Any], Any]) -> Path | None:
     except TypeError:
         return None
     return Path(source).resolve() if source else None
+
+
+def _hashed_sources(component_factory: Callable[[Any], Any] | None) -> dict[str, Path]:
+    """The source files :func:`config_hash` reads besides this module, by
+    label."""
+    sources = _hdl_sources(_fabric_of(component_factory))
+    if component_factory is not None:
+        extra = _factory_source(component_factory)
+        if extra is not None and extra not in sources.values():
+            sources[f"factory/{extra.name}"] = extra
+    return sources
+
+
+def _process_started() -> float:
+    """When this process started, in seconds since the epoch, rounded up to
+    Linux's clock tick (10 ms; it loads no module of its own that soon),
+    from its ``/proc`` entry; elsewhere when this module was loaded."""
+    try:
+        stat = Path("/proc/self/stat").read_text()
+        # Field 22 (clock ticks after boot), counted after the command name.
+        ticks = int(stat.rsplit(")", 1)[1].split()[19]) + 1
+        since_boot = time.clock_gettime(time.CLOCK_BOOTTIME)
+        return time.time() - since_boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return _LOADED_AT
+
+
+_LOADED_AT = time.time()
+
+
+def _changed_since_loaded(component_factory: Callable[[Any], Any] | None) -> list[str]:
+    """Hashed source files (this module included) whose module this process
+    has loaded and which changed on disk after the process started: the code
+    that would generate the Verilog may be older than the file its key is
+    computed from."""
+    loaded = {Path(module.__file__).resolve() for module in list(sys.modules.values())
+              if getattr(module, "__file__", None)}
+    started, now = _process_started(), time.time()
+    files = {"sim/build.py": Path(__file__).resolve(), **_hashed_sources(component_factory)}
+    changed = []
+    for label, path in sorted(files.items()):
+        with contextlib.suppress(OSError):
+            # A time ahead of the clock (a copy from a machine ahead of this
+            # one) is no edit made while this process ran.
+            if path.resolve() in loaded and started < path.stat().st_mtime <= now:
+                changed.append(label)
+    return changed
 
 
 def config_hash(config: Any, component_factory: Callable[[Any], Any] | None = None) -> str:
@@ -131,11 +190,7 @@ def config_hash(config: Any, component_factory: Callable[[Any], Any] | None = No
     add("sim/build.py", Path(__file__).read_bytes())
     config_type = type(config)
     add("config", f"{config_type.__module__}.{config_type.__qualname__}:{config!r}".encode())
-    sources = _hdl_sources(_fabric_of(component_factory))
-    if component_factory is not None:
-        extra = _factory_source(component_factory)
-        if extra is not None and extra not in sources.values():
-            sources[f"factory/{extra.name}"] = extra
+    sources = _hashed_sources(component_factory)
     for label in sorted(sources):
         add(label, sources[label].read_bytes())
     return digest.hexdigest()
@@ -253,6 +308,10 @@ def generate_verilog(
         If `name` is not a valid Verilog identifier.
     amaranth.back.verilog.YosysError
         If Yosys fails to convert the design.
+    SourceChanged
+        On a cache miss, if a source file this process loaded changed after
+        it started, or a source changed while the Verilog was generated;
+        nothing is written.
     """
     if not (name.isidentifier() and name.isascii()):
         raise ValueError(f"name must be a Verilog identifier such as 'gpc_dsm', not {name!r}")
@@ -264,7 +323,22 @@ def generate_verilog(
     with locked(out_dir):
         # Another process may have generated it while this one waited.
         if not out_path.is_file():
-            _generate(component_factory, config, name, out_dir, out_path)
+            # The key comes from the files on disk, the Verilog from the code
+            # this process runs: both must be the same sources.
+            changed = _changed_since_loaded(component_factory)
+            if changed:
+                raise SourceChanged(f"{', '.join(changed)} changed after this process "
+                                    f"started, so it may run the older code: run again")
+            text = _generate(component_factory, config, name)
+            if config_hash(config, component_factory) != digest:
+                raise SourceChanged("a source of the Verilog changed while it was being "
+                                    "generated: run again")
+            out_dir.mkdir(parents=True, exist_ok=True)
+            # The repr is kept beside the Verilog so a build folder can be
+            # traced back to its configuration without recomputing hashes.
+            write_atomically(out_dir / "config.txt",
+                             f"{type(config).__qualname__}: {config!r}\n")
+            write_atomically(out_path, text)
     return out_path
 
 
@@ -457,7 +531,8 @@ def mark_hier_block(text: str, module_name: str) -> str:
     return f"{text[:head.end()]}  {HIER_BLOCK}\n{text[head.end():]}"
 
 
-def _generate(component_factory, config, name, out_dir, out_path):
+def _generate(component_factory, config, name):
+    """The Verilog text of ``component_factory(config)`` as top ``name``."""
     # Imported late: loading Amaranth is not needed on a cache hit.
     from amaranth.lib import wiring
 
@@ -467,10 +542,5 @@ def _generate(component_factory, config, name, out_dir, out_path):
             f"component_factory must return an amaranth.lib.wiring.Component, "
             f"not {type(component).__qualname__}"
         )
-    text = drop_zero_memory_init(settle_constant_processes(
+    return drop_zero_memory_init(settle_constant_processes(
         convert_hierarchy(component, name)))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    # The repr is kept beside the Verilog so a build folder can be traced
-    # back to its configuration without recomputing hashes.
-    write_atomically(out_dir / "config.txt", f"{type(config).__qualname__}: {config!r}\n")
-    write_atomically(out_path, text)

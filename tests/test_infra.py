@@ -24,6 +24,7 @@ from amaranth import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from sim import build
 from sim.build import generate_verilog, locked
 from sim.runner import (_top_ports, _top_public_control_file, run_cocotb, run_cocotb_cached,
                         simulation_key)
@@ -174,6 +175,38 @@ def test_generate_verilog_rejects_mutable_config(tmp_path):
 
     with pytest.raises(TypeError, match="config must be an instance of a frozen dataclass"):
         generate_verilog(Counter, Loose(), "counter", build_root=tmp_path)
+
+
+def test_no_verilog_from_code_older_than_its_source(tmp_path, monkeypatch):
+    """The cache keys the Verilog on the source files as they are on disk; a
+    source this process loaded and that changed after it started (edited
+    during a long run) may not be the code that would generate the text, so
+    none is generated, and the message names the file."""
+    monkeypatch.setattr(build, "_process_started", lambda: time.time() + 60)
+    assert generate_verilog(Counter, CounterConfig(limit=7), "counter", build_root=tmp_path)
+    changed = Path(__file__).stat().st_mtime - 60
+    monkeypatch.setattr(build, "_process_started", lambda: changed)
+    with pytest.raises(build.SourceChanged, match=r"factory/test_infra\.py\b.* changed after "
+                                                  r"this process started"):
+        generate_verilog(Counter, CounterConfig(limit=8), "counter", build_root=tmp_path)
+    assert len(list(tmp_path.glob("counter-*/counter.v"))) == 1
+
+
+def test_no_verilog_when_a_source_changes_while_generating(tmp_path, monkeypatch):
+    """A source edited while the Verilog is generated gives a text that
+    matches neither key: nothing is written."""
+    source = tmp_path / "growing_factory.py"
+    source.write_text("from test_infra import Counter\n\n"
+                      "def factory(config):\n"
+                      "    with open(__file__, 'a') as handle:\n"
+                      "        handle.write('# edited\\n')\n"
+                      "    return Counter(config)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(build, "_process_started", lambda: time.time() + 60)
+    from growing_factory import factory
+    with pytest.raises(build.SourceChanged, match="changed while it was being generated"):
+        generate_verilog(factory, CounterConfig(limit=9), "counter", build_root=tmp_path / "b")
+    assert not list((tmp_path / "b").glob("*/counter.v"))
 
 
 def test_failing_testbench_is_reported_with_its_message(counter_verilog, tmp_path):
