@@ -10,6 +10,7 @@ each simulator builds it once (plus once more with tracing).
 # ports from its class annotations at run time, and would see strings.
 import concurrent.futures
 import dataclasses
+import importlib.util
 import json
 import logging
 import os
@@ -190,6 +191,19 @@ def test_no_verilog_from_code_older_than_its_source(tmp_path, monkeypatch):
                                                   r"this process started"):
         generate_verilog(Counter, CounterConfig(limit=8), "counter", build_root=tmp_path)
     assert len(list(tmp_path.glob("counter-*/counter.v"))) == 1
+    # Verilog already in the cache is the text its key names: still reused.
+    assert generate_verilog(Counter, CounterConfig(limit=7), "counter", build_root=tmp_path)
+
+
+def test_a_process_knows_when_it_started():
+    """The bound the check above compares against: a fresh process's start
+    lies just before its first line runs."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import time; from sim import build; "
+                               "print(time.time() - build._process_started())"],
+        capture_output=True, text=True, check=True,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    assert 0 <= float(done.stdout) < 30
 
 
 def test_no_verilog_when_a_source_changes_while_generating(tmp_path, monkeypatch):
@@ -201,11 +215,13 @@ def test_no_verilog_when_a_source_changes_while_generating(tmp_path, monkeypatch
                       "    with open(__file__, 'a') as handle:\n"
                       "        handle.write('# edited\\n')\n"
                       "    return Counter(config)\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = importlib.util.spec_from_file_location("growing_factory", source)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
     monkeypatch.setattr(build, "_process_started", lambda: time.time() + 60)
-    from growing_factory import factory
     with pytest.raises(build.SourceChanged, match="changed while it was being generated"):
-        generate_verilog(factory, CounterConfig(limit=9), "counter", build_root=tmp_path / "b")
+        generate_verilog(module.factory, CounterConfig(limit=9), "counter",
+                         build_root=tmp_path / "b")
     assert not list((tmp_path / "b").glob("*/counter.v"))
 
 
