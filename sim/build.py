@@ -14,8 +14,8 @@ nothing (:class:`SourceChanged`).
 A block built many times that stands behind a
 :class:`~hdl.common.shared.SharedModule` is converted once into a module of
 its own (:func:`convert_hierarchy`), marked as a Verilator hierarchical block
-unless its top is one of :data:`FLAT_TOPS` or it is one of
-:data:`FLAT_MODULES`.
+unless its top is one of :data:`FLAT_TOPS`, it is one of
+:data:`FLAT_MODULES`, or the Verilog holds only one instance of it.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ its own Verilog module, so 32 identical shires become 32 copies of the same
 text: elaboration, Yosys and the Verilator build all pay 32 times (the
 Verilator build still does for a top that :data:`sim.build.FLAT_TOPS`
 builds flat, and for a module of :data:`sim.build.FLAT_MODULES`, where that
-simulates faster).  A
+simulates faster; a module with one instance is built flat as well).  A
 :class:`SharedModule` stands where the block would be.  Inside
 :func:`collect_shared_modules` (which :func:`sim.build.generate_verilog`
 uses) it elaborates to an ``Instance`` of one module generated once for all
