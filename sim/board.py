@@ -94,22 +94,25 @@ class BoardHarness(Elaboratable):
         return m
 
 
-def build_on_board(block_name, board, build_dir, items=()):
-    """Build the bitstream of ``block_name`` on ``board``; returns the build
-    folder (bitstream ``top.bit`` or ``top.bin``, and nextpnr's log).
+def build_on_board(block_name, board, build_dir, items=(), source=None):
+    """Build the bitstream of ``block_name`` on ``board``, with the
+    configuration ``items`` (``FIELD=VALUE`` strings of its fabric, read from
+    the ``--config`` file ``source`` if given); returns the build folder
+    (bitstream ``top.bit`` or ``top.bin``, and nextpnr's log).
 
     Raises
     ------
     UsageError
         On an unknown block or board, a fabric top (more than one clock
-        domain), or a build folder that cannot be written.
+        domain), a bad configuration value (naming ``source``), or a build
+        folder that cannot be written.
     amaranth.build.run.BuildError
         If a tool fails (a block that does not fit the board's device).
     """
     import importlib
 
     from sim.cli import UsageError, _writable_folders
-    from sim.synth import BLOCKS, block_config, yowasp_tool
+    from sim.synth import BLOCKS, block_config_from_file, yowasp_tool
 
     blocks = [name for name, b in BLOCKS.items() if not b.top]
     if block_name not in blocks:
@@ -119,7 +122,7 @@ def build_on_board(block_name, board, build_dir, items=()):
     block = BLOCKS[block_name]
     if board not in BOARDS:
         raise UsageError(f"--board must be one of {', '.join(BOARDS)}, not {board!r}")
-    cfg = block_config(block, items)            # bad input stops before any folder
+    cfg = block_config_from_file(block, items, source)    # bad input stops before any folder
     _writable_folders((Path(build_dir), "--build"))
     module, cls, tools = BOARDS[board]
     platform = getattr(importlib.import_module(module), cls)()
@@ -149,7 +152,8 @@ def main(argv=None):
         config = load_config_file(args.config) if args.config else {}
         from sim.synth import BLOCKS
         fabric = BLOCKS[args.block].fabric if args.block in BLOCKS else None
-        folder = build_on_board(args.block, args.board, args.build, config.get(fabric, ()))
+        folder = build_on_board(args.block, args.board, args.build, config.get(fabric, ()),
+                                args.config)
     except UsageError as error:
         return parser.refuse(error)
     bitstreams = sorted(p.name for p in folder.glob("top.bi[tn]"))

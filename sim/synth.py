@@ -87,8 +87,9 @@ from pathlib import Path
 from sim.toolchain import prepare_yowasp
 
 __all__ = ["BLOCKS", "DEVICES", "LARGE_DESIGN_LUTS", "LARGE_DESIGN_OPTIONS", "SMALL_BLOCKS",
-           "SMALL_TOPS", "Block", "Device", "block_config", "block_named", "load_config_file",
-           "main", "start_order", "synthesise", "tool_versions", "unit_name", "yowasp_tool"]
+           "SMALL_TOPS", "Block", "Device", "block_config", "block_config_from_file",
+           "block_named", "load_config_file", "main", "start_order", "synthesise",
+           "tool_versions", "unit_name", "yowasp_tool"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -588,6 +589,29 @@ def block_config(block, items=()):
     return parse_overrides(_config_class(block.fabric), small + list(items)).hardware()
 
 
+def block_config_from_file(block, items, source):
+    """:func:`block_config`, for ``items`` read from the ``--config`` file
+    ``source`` (a path; ``None`` when the items came from elsewhere).
+
+    Raises
+    ------
+    UsageError
+        As :func:`block_config`; a refusal of the file's values names the
+        file, the fabric's table and the block (a value is checked only at the
+        configuration its block is built at, which for a top or a block of
+        :data:`SMALL_BLOCKS` is not the fabric's default).
+    """
+    from sim.cli import UsageError
+
+    try:
+        return block_config(block, items)
+    except UsageError as error:
+        if source is None or not items:
+            raise
+        raise UsageError(f"--config {source}: [{block.fabric}] {error} (as {block.name} "
+                         f"is built)") from None
+
+
 _VERSIONS: dict = {}
 
 
@@ -900,10 +924,11 @@ def start_order(tasks, durations):
                          lambda i: unit_name(tasks[i]))
 
 
-def plan(blocks=(), devices=(), config=None):
+def plan(blocks=(), devices=(), config=None, source=None):
     """``[(block name, device name, items)]`` to run: every requested block (all
     by default) on every requested device it is marked for (all its devices
-    by default), with the ``--config`` fields of its fabric.
+    by default), with the ``--config`` fields of its fabric (``config``, as
+    :func:`load_config_file` returns it, read from the file ``source``).
 
     Raises
     ------
@@ -911,7 +936,8 @@ def plan(blocks=(), devices=(), config=None):
         On an unknown block or device, or a bad configuration field of a
         fabric a planned block belongs to (checked here, before anything
         runs, as each block is built: a top at :data:`SMALL_TOPS`, a block at
-        its fabric's default or :data:`SMALL_BLOCKS`).
+        its fabric's default or :data:`SMALL_BLOCKS`; the message names
+        ``source``).
     """
     from sim.cli import UsageError
 
@@ -925,7 +951,7 @@ def plan(blocks=(), devices=(), config=None):
     for name in blocks or BLOCKS:
         block = BLOCKS[name]
         items = tuple(config.get(block.fabric, ()))
-        block_config(block, items)          # bad input stops here
+        block_config_from_file(block, items, source)     # bad input stops here
         for device in block.devices:
             if not devices or device in devices:
                 out.append((name, device, items))
@@ -961,7 +987,7 @@ def main(args):
 
     console = Console(stderr=True, log_path=False)
     config = load_config_file(args.config) if args.config else {}
-    tasks = plan(args.blocks, [args.device] if args.device else [], config)
+    tasks = plan(args.blocks, [args.device] if args.device else [], config, args.config)
     unused = sorted(set(config) - {BLOCKS[name].fabric for name, _, _ in tasks})
     if unused:
         # checked only as each block is built: another base would refuse

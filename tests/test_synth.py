@@ -122,7 +122,9 @@ def test_bad_synthesis_input_is_refused(tmp_path, capsys):
     bad = tmp_path / "bad.toml"
     bad.write_text("[dsm]\nflit_bytes = 48\n")
     assert main(base + ["shaper", "--config", str(bad)]) == 2
-    assert "flit_bytes must be one of 16, 32, 64, not 48" in capsys.readouterr().err
+    # a value is checked as the block is built; the refusal names the file
+    assert (f"--config {bad}: [dsm] flit_bytes must be one of 16, 32, 64, not 48 (as shaper "
+            "is built)" in capsys.readouterr().err)
     bad.write_text("[nvlink]\nx = 1\n")
     assert main(base + ["shaper", "--config", str(bad)]) == 2
     assert "--config tables must be among dsm, mesh, pcie, not 'nvlink'" in capsys.readouterr().err
@@ -153,7 +155,7 @@ def test_bad_synthesis_input_is_refused(tmp_path, capsys):
             ("[dsm]\nshared_vc = true\n", f"--config {bad}: [dsm] fields must be among its "
                                            "structural ones, cpcs,"),
             ("[mesh]\nflit_bytes = 24\n[dsm]\nflit_bytes = 24\n",
-             "flit_bytes must be one of 16, 32, 64, not 24"),
+             f"--config {bad}: [dsm] flit_bytes must be one of 16, 32, 64, not 24"),
             ("[[dsm]]\nflit_bytes = 16\n", f"--config {bad}: dsm must be one table, [dsm], "
                                             "not list")):
         bad.write_text(text)
@@ -176,8 +178,11 @@ def test_a_config_table_is_checked_as_its_blocks_are_built():
         ("mesh_top", "ecp5", ("mesh_rows=2",))]
     assert synth.plan(["shaper"], ["ecp5"], {"mesh": ["flit_bytes=24"]}) == [
         ("shaper", "ecp5", ())]
-    with pytest.raises(UsageError, match="flit_bytes must be one of 8, 16, 32, not 24"):
+    with pytest.raises(UsageError, match="^flit_bytes must be one of 8, 16, 32, not 24$"):
         synth.plan(["mesh_router"], [], {"mesh": ["flit_bytes=24"]})
+    with pytest.raises(UsageError, match=r"^--config c\.toml: \[mesh\] flit_bytes must be one "
+                                         r"of 8, 16, 32, not 24 \(as mesh_router is built\)$"):
+        synth.plan(["mesh_router"], [], {"mesh": ["flit_bytes=24"]}, "c.toml")
 
 
 def test_a_config_file_may_start_with_a_byte_order_mark(tmp_path):
@@ -282,3 +287,10 @@ def test_a_block_builds_into_a_board_bitstream(tmp_path, capsys):
     assert "Max frequency for clock" in out
     assert board.main(["round_robin", "--board", "de10", "--build", str(tmp_path)]) == 2
     assert "--board must be one of ulx3s-85f, icebreaker, not 'de10'" in capsys.readouterr().err
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[dsm]\ncpcs = 0\n")
+    assert board.main(["round_robin", "--build", str(tmp_path / "b"), "--config", str(bad)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"sim.board: error: --config {bad}: [dsm] cpcs must be a positive integer, not 0 (as "
+        "round_robin is built)")
+    assert not (tmp_path / "b").exists()
