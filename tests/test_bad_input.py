@@ -90,6 +90,11 @@ CASES = [
     ("pcie-retrained-width-of-no-gpu", ["run", "pcie.peer_copy", "--set", "retrained_lanes=4"],
      "retrained_lanes needs retrained_gpu set to a GPU from 0 to 7 (it is -1: no link "
      "retrained), else it has no effect; not 4 alone"),
+    ("pcie-retrained-wider-than-the-others", ["run", "pcie.peer_copy", "--set", "lanes=4",
+                                              "--set", "retrained_gpu=0", "--set",
+                                              "retrained_lanes=16"],
+     "retrained_lanes must be at most lanes (4) while retrained_gpu names a GPU: its link "
+     "trains narrower than the others, not wider, not 16"),
     # a value no experiment of the fabric takes is named once, not by experiment
     ("pcie-retrained-rate-of-no-gpu", ["run", "pcie", "--set", "retrained_generation=3"],
      "retrained_generation needs retrained_gpu set"),

@@ -55,6 +55,47 @@ def test_bad_configuration_names_the_field(field, value, message):
         PcieConfig(**{field: value})
 
 
+@pytest.mark.parametrize("fields,message", [
+    ({"lanes": 4, "retrained_lanes": 16}, r"retrained_lanes must be at most lanes \(4\) while "
+                                          "retrained_gpu names a GPU"),
+    ({"lanes": 4, "retrained_lanes": 8}, r"retrained_lanes must be at most lanes \(4\)"),
+    ({"generation": 3, "retrained_generation": 4},
+     r"retrained_generation must be at most generation \(3\) while retrained_gpu names a GPU"),
+])
+def test_a_retrained_link_trains_no_higher_than_the_others(fields, message):
+    """A retrained link is narrower or slower than the others, never wider or
+    faster; with no GPU retrained its fields are not compared."""
+    with pytest.raises(ValueError, match=message):
+        PcieConfig(retrained_gpu=0, **fields)
+    PcieConfig(**fields)
+    PcieConfig(retrained_gpu=0, **{k: v for k, v in fields.items() if k.startswith("retrained")
+                                   } | {"lanes": 16, "generation": 4})
+
+
+@pytest.mark.parametrize("fields,expected", [
+    ({}, {"as_trained": None, "gpu0_x8": (8, 4), "gpu0_x4": (4, 4), "gpu0_gen3": (16, 3)}),
+    ({"lanes": 8}, {"as_trained": None, "gpu0_x4": (4, 4), "gpu0_x2": (2, 4),
+                    "gpu0_gen3": (8, 3)}),
+    ({"generation": 3}, {"as_trained": None, "gpu0_x8": (8, 3), "gpu0_x4": (4, 3)}),
+    ({"lanes": 1}, {"as_trained": None, "gpu0_gen3": (1, 3)}),
+])
+def test_the_link_faults_retrain_below_the_configured_links(fields, expected):
+    """link_faults retrains GPU 0's link to half and a quarter of the
+    configured lanes and one generation below the configured one: never to a
+    link as wide or as fast as the others, whatever they are."""
+    cfg = PcieConfig(**fields)
+    got = {}
+    for run in pcie.build_runs(cfg, pcie.EXPERIMENTS["link_faults"]):
+        scenario = run["meta"]["scenario"]
+        entry = pcie.scenarios(pcie.EXPERIMENTS["link_faults"], cfg)[scenario]
+        s = entry["set"]
+        got[scenario] = (s["retrained_lanes"], s["retrained_generation"]) if s else None
+        assert entry["source"].endswith(
+            f"Gen{cfg.generation} x{cfg.lanes}, as peer_copy pair_same" if not s else
+            f"Gen{s['retrained_generation']} x{s['retrained_lanes']}")
+    assert got == expected
+
+
 @pytest.mark.parametrize("pairs,message", [
     ([(0, 8)], "pair GPU must be from 0 to 7, not 8"),
     ([(3, 3)], r"pair must name two different GPUs, not \[3, 3\]"),
@@ -414,7 +455,7 @@ def experiment_result(tmp_path_factory):
 def _row_ids():
     """The rows with a seed number (link_faults has none: its own test checks it)."""
     for name, exp in pcie.EXPERIMENTS.items():
-        for scenario, entry in pcie.scenarios(exp).items():
+        for scenario, entry in pcie.scenarios(exp, CFG).items():
             if all(value is None for value in entry["values"]):
                 continue
             for src, dst in entry["pairs"]:

@@ -189,6 +189,14 @@ class PcieConfig(ConfigBase):
         one_of("retrained_lanes", (1, 2, 4, 8, 16))
         need("retrained_lanes", self.retrained_lanes * GT_PER_S[self.retrained_generation] // 8
              <= self.datapath_bytes, "a link no faster than the datapath")
+        # a retrained link trains below the others (or as they do), never above
+        need("retrained_lanes", self.retrained_gpu < 0 or self.retrained_lanes <= self.lanes,
+             f"at most lanes ({self.lanes}) while retrained_gpu names a GPU: its link trains "
+             "narrower than the others, not wider")
+        need("retrained_generation",
+             self.retrained_gpu < 0 or self.retrained_generation <= self.generation,
+             f"at most generation ({self.generation}) while retrained_gpu names a GPU: its "
+             "link trains at a lower generation than the others, not a higher one")
         need("lanes", self.link_bytes_per_cycle <= self.datapath_bytes,
              f"at most {self.datapath_bytes * 8 // GT_PER_S[self.generation]} at Gen"
              f"{self.generation} with datapath_bytes={self.datapath_bytes} (the link may "

@@ -10,7 +10,7 @@ unidirectional bandwidth in GB/s, as in the seed's tables.
 import dataclasses
 from dataclasses import dataclass
 
-from hdl.pcie.config import CLOCK_MHZ, gpu_socket
+from hdl.pcie.config import CLOCK_MHZ, GT_PER_S, gpu_socket
 from hdl.pcie.gpu import GpuMode, GpuReg
 from hdl.pcie.system import GLOBAL, counter_names, crossbars, system_registers
 from hdl.pcie.tlp import HOST_NODE, STAGE_SHIFT, FcClass, TlpType
@@ -44,9 +44,10 @@ class Experiment:
     engine, ``kernel_write_bytes`` or ``kernel_read_bytes`` for a kernel); a
     staged copy's chunk is the field ``chunk`` (``staging_chunk_bytes`` for the
     seed's own double buffering, ``pageable_chunk_bytes`` for the driver's).
-    ``scenarios``, if given, replaces the reference table: entries like the
-    table's, with ``values`` of ``None`` (no seed number: reported for
-    information) and ``set``, configuration fields that scenario changes."""
+    ``scenarios``, if given, replaces the reference table: a function of the
+    configuration giving entries like the table's, with ``values`` of
+    ``None`` (no seed number: reported for information) and ``set``,
+    configuration fields that scenario changes."""
 
     name: str
     title: str
@@ -145,10 +146,10 @@ def copy_run(cfg, label, pairs, nbytes, tlp_bytes, meta=None, mode=GpuMode.PUSH)
             "bytes": nbytes, "expect": expect, "mode": int(mode), "meta": meta or {}}
 
 
-def scenarios(exp):
-    """``{scenario: entry}`` of ``exp``: its own scenarios, or its seed
-    table in ``sim/reference/pcie.toml``."""
-    return exp.scenarios if exp.scenarios is not None else reference()[exp.name]
+def scenarios(exp, cfg):
+    """``{scenario: entry}`` of ``exp`` under ``cfg``: its own scenarios, or
+    its seed table in ``sim/reference/pcie.toml``."""
+    return exp.scenarios(cfg) if exp.scenarios is not None else reference()[exp.name]
 
 
 #: Run-time sizes that only some experiments use: each experiment's TLP field
@@ -186,7 +187,8 @@ def check_overrides(cfg, exp, explicit=()):
             raise SetByExperiment(f"{field} must be left unset for {name}, which does not use "
                                   f"it (it uses {', '.join(sorted(used))}), not "
                                   f"{getattr(cfg, field)}")
-    for field in sorted({k for entry in scenarios(exp).values() for k in entry.get("set", {})}):
+    for field in sorted({k for entry in scenarios(exp, cfg).values()
+                         for k in entry.get("set", {})}):
         if field in explicit:
             raise SetByExperiment(f"{field} must be left unset for {name}, whose scenarios set "
                                   f"it themselves, not {getattr(cfg, field)}")
@@ -217,20 +219,25 @@ def build_runs(cfg, exp):
     Raises
     ------
     ValueError
-        If a scenario names a GPU the configuration does not have.
+        If a scenario names a GPU the configuration does not have, or the
+        fields it sets do not suit the configuration (the message names the
+        scenario).
     """
     runs = []
     size = getattr(cfg, exp.tlp)
     sweep = exp.sweep(cfg)
     cfg = exp.run_config(cfg)
-    for name, entry in scenarios(exp).items():
+    for name, entry in scenarios(exp, cfg).items():
         pairs = [tuple(p) for p in entry["pairs"]]
         need = max(max(p) for p in pairs) + 1
         if need > cfg.gpus:
             raise ValueError(f"sockets x switches_per_socket x gpus_per_switch must give at "
                              f"least {need} GPUs for {exp.name}'s {name} scenario, not "
                              f"{cfg.gpus}")
-        run_cfg = dataclasses.replace(cfg, **entry.get("set", {}))
+        try:
+            run_cfg = dataclasses.replace(cfg, **entry.get("set", {}))
+        except ValueError as error:
+            raise ValueError(f"{exp.name}'s {name} scenario: {error}") from None
         for nbytes in sweep:
             runs.append(copy_run(run_cfg, f"{name}: {nbytes} B per pair", pairs, nbytes, size,
                                  {"scenario": name}, exp.mode))
@@ -360,7 +367,7 @@ def analyse(cfg, exp, runs, results, simulator):
         raise ExperimentError(f"{exp.name}: {len(results)} of {len(runs)} runs came back")
     for run, got in zip(runs, results):
         check_run(cfg, run, got)
-    ref = scenarios(exp)
+    ref = scenarios(exp, cfg)
     series, rows, by_scenario = [], [], {}
     for name, entry in ref.items():
         mine = [(r, g) for r, g in zip(runs, results) if r["meta"]["scenario"] == name]
@@ -482,28 +489,35 @@ _PAGEABLE = (
     "Not modelled: the seed's first consequence, that pageable copies of several pairs "
     "or iterations never run at once; the seed measures single pairs only.")
 
-def _retrained(lanes, generation):
-    return {"pairs": [[0, 1]], "values": [None], "unit": "GB/s",
-            "set": {"retrained_gpu": 0, "retrained_lanes": lanes,
-                    "retrained_generation": generation},
-            "source": f"not in the seed: GPU 0's link trained at Gen{generation} x{lanes}"}
+def _link_faults(cfg):
+    """One peer copy from GPU 0 to GPU 1 with GPU 0's link as trained (every
+    link Gen ``cfg.generation`` x ``cfg.lanes``) and retrained three ways
+    below it: half and a quarter of the lanes, and one generation lower, each
+    where the configuration allows it (``gpu0_x8``, ``gpu0_x4`` and
+    ``gpu0_gen3`` at the default Gen4 x16)."""
+    def entry(lanes, generation, source):
+        return {"pairs": [[0, 1]], "values": [None], "unit": "GB/s",
+                "set": {"retrained_gpu": 0, "retrained_lanes": lanes,
+                        "retrained_generation": generation} if source else {},
+                "source": f"not in the seed: {source or 'every link'} Gen{generation} x{lanes}"
+                          + ("" if source else ", as peer_copy pair_same")}
 
-
-#: One peer copy from GPU 0 with its link trained as specified and as degraded.
-_LINK_FAULTS = {
-    "as_trained": {"pairs": [[0, 1]], "values": [None], "unit": "GB/s", "set": {},
-                   "source": "not in the seed: every link Gen4 x16, as peer_copy pair_same"},
-    "gpu0_x8": _retrained(8, 4),
-    "gpu0_x4": _retrained(4, 4),
-    "gpu0_gen3": _retrained(16, 3),
-}
+    gen, lanes = cfg.generation, cfg.lanes
+    out = {"as_trained": entry(lanes, gen, None)}
+    for fewer in (lanes // 2, lanes // 4):
+        if fewer >= 1:
+            out[f"gpu0_x{fewer}"] = entry(fewer, gen, "GPU 0's link trained at")
+    if gen - 1 in GT_PER_S:
+        out[f"gpu0_gen{gen - 1}"] = entry(lanes, gen - 1, "GPU 0's link trained at")
+    return out
 
 EXPERIMENTS = {e.name: e for e in (
     Experiment("peer_copy", "Peer access: cudaMemcpyAsync device to device (copy engine)",
                GpuMode.PUSH, "max_payload_bytes",
                notes=("The copy engine writes the peer's memory with posted writes of "
-                      "max_payload_bytes (128 B). Three sizes per pair (64, 128 and 256 KiB); "
-                      "bandwidth is the inverse of the fitted cycles per byte.",) + _MECHANISM),
+                      "max_payload_bytes (128 B by default). Three sizes per pair (64, 128 "
+                      "and 256 KiB); bandwidth is the inverse of the fitted cycles per "
+                      "byte.",) + _MECHANISM),
     Experiment("kernel_push", "Custom copy kernel, push mode (peer access)", GpuMode.PUSH,
                "kernel_write_bytes",
                notes=("A push kernel's int4 stores leave the SMs as 64 B writes "
@@ -542,10 +556,12 @@ EXPERIMENTS = {e.name: e for e in (
                GpuMode.STAGED, "max_read_request_bytes", notes=_PAGEABLE,
                chunk="pageable_chunk_bytes"),
     Experiment("link_faults", "Fault tolerated: one GPU link trained narrower or slower",
-               GpuMode.PUSH, "max_payload_bytes", scenarios=_LINK_FAULTS,
-               notes=("GPU 0's link to its switch trains at x8, x4 or Gen3 (retrained_gpu, "
-                      "retrained_lanes, retrained_generation) while every other link stays "
-                      "Gen4 x16; GPU 0 copies to GPU 1 with the copy engine as in peer_copy. "
+               GpuMode.PUSH, "max_payload_bytes", scenarios=_link_faults,
+               notes=("GPU 0's link to its switch trains at half or a quarter of the lanes "
+                      "or one generation lower (retrained_gpu, retrained_lanes, "
+                      "retrained_generation; x8, x4 or Gen3 at the default Gen4 x16) while "
+                      "every other link stays as configured (generation, lanes); GPU 0 "
+                      "copies to GPU 1 with the copy engine as in peer_copy. "
                       "Every byte still arrives, checked at the destination; the rows show "
                       "the bandwidth the fault costs (no seed numbers: for information). "
                       "The slow link's symbol rate falls with its width and rate, and its "
