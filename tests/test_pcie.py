@@ -140,14 +140,15 @@ def test_cli_refuses_a_bad_payload_size_before_any_build(tmp_path, capsys):
     assert not (tmp_path / "b").exists() and not (tmp_path / "r").exists()
 
 
-def _two_gpus_over_one_link(write_bytes, nbytes, both, mode=GpuMode.PUSH):
-    """GPU 0 and GPU 1 joined by one link (Amaranth's simulator): GPU 0's data
-    go to GPU 1 (and back at once with ``both``), pushed in writes or pulled
-    in reads of ``write_bytes``; returns each GPU's counters and the link's."""
+def _two_gpus_over_one_link(write_bytes, nbytes, both, mode=GpuMode.PUSH, cfg=CFG):
+    """GPU 0 and GPU 1 joined by one link of ``cfg`` (Amaranth's simulator):
+    GPU 0's data go to GPU 1 (and back at once with ``both``), pushed in
+    writes or pulled in reads of ``write_bytes``; returns each GPU's counters
+    and the link's."""
     m = Module()
-    g0 = GpuEndpoint(CFG, 0, tx_credits=CFG.tx_queue_beats)
-    g1 = GpuEndpoint(CFG, 1, tx_credits=CFG.tx_queue_beats)
-    link = PcieLink(CFG, a_credits=g0.rx_beats, b_credits=g1.rx_beats)
+    g0 = GpuEndpoint(cfg, 0, tx_credits=cfg.tx_queue_beats)
+    g1 = GpuEndpoint(cfg, 1, tx_credits=cfg.tx_queue_beats)
+    link = PcieLink(cfg, a_credits=g0.rx_beats, b_credits=g1.rx_beats)
     m.submodules += [g0, g1, link]
     wiring.connect(m, g0.o, link.a_i)
     wiring.connect(m, link.a_o, g0.i)
@@ -155,8 +156,8 @@ def _two_gpus_over_one_link(write_bytes, nbytes, both, mode=GpuMode.PUSH):
     wiring.connect(m, link.b_o, g1.i)
     now = Signal(32)
     m.d.sync += now.eq(now + 1)
-    m.d.comb += [g0.i_now.eq(now), g1.i_now.eq(now), link.i_latency.eq(CFG.link_latency_cycles)]
-    regs = system_registers(CFG)
+    m.d.comb += [g0.i_now.eq(now), g1.i_now.eq(now), link.i_latency.eq(cfg.link_latency_cycles)]
+    regs = system_registers(cfg)
     for port, reg in (("i_lane_bytes", SysReg.LANE_BYTES),
                       ("i_blocks_per_period", SysReg.BLOCKS_PER_PERIOD),
                       ("i_skp_blocks", SysReg.SKP_BLOCKS), ("i_skp_cycles", SysReg.SKP_CYCLES),
@@ -226,6 +227,23 @@ def test_a_link_moves_payload_at_its_beat_share(write_bytes, beats, mode):
         assert (n1 - n0) / (t1 - t0) == pytest.approx(want, rel=0.01), (both, rates)
         if both:
             assert got[0]["errors"] == 0 and got[0]["rx_bytes"] == nbytes
+
+
+@pytest.mark.parametrize("generation,want_gbps", [(4, 25.15), (5, 128 / 3)])
+def test_a_wider_datapath_spends_the_link_on_what_the_wire_carries(generation, want_gbps):
+    """With 64 B beats a 128 B write is a header beat and two data beats. The
+    header beat takes the 32 B of wire time a 32 B datapath's does, so a Gen4
+    x16 link moves writes as fast as with 32 B beats (25.2 GB/s, not the 21.3
+    of a 64 B header beat); at Gen5 x16 the datapath's three beats per write
+    bind (128 B per 3 ns) before the link's 64 B per ns does."""
+    cfg = dataclasses.replace(CFG, datapath_bytes=64, generation=generation)
+    rates = []
+    for nbytes in (8192, 24576):
+        got = _two_gpus_over_one_link(128, nbytes, False, cfg=cfg)
+        assert got[1]["done"] and got[1]["errors"] == 0 and got[1]["rx_bytes"] == nbytes
+        rates.append((nbytes, got[1]["last_rx"] - got[0]["first_tx"]))
+    (n0, t0), (n1, t1) = rates
+    assert (n1 - n0) / (t1 - t0) == pytest.approx(want_gbps, rel=0.02), rates
 
 
 def _beats(src=0, dst=1, addr=0, length=128, drop=None, dup=None, last_at=None, tag=None):

@@ -66,7 +66,11 @@ class PcieConfig(ConfigBase):
                                   "port's 32 B per ns. The model's transmit datapath starts "
                                   "one TLP per beat, its framing and header in a beat of "
                                   "their own (a choice of the model, not a PCIe rule: "
-                                  "byte-packed, a 128 B write is 152 B on the wire)")
+                                  "byte-packed, a 128 B write is 152 B on the wire). With "
+                                  "64 B beats that header beat takes 32 B of the link's time "
+                                  "but a whole 1 ns cycle of the datapath, so a 128 B write "
+                                  "needs 3 ns: Gen5 x16 copies are bound by the datapath at "
+                                  "42.7 GB/s, not by the link")
     max_payload_bytes: int = _hw(128, "PCIe max payload size (MPS), bytes; 128 B, the "
                                       "smallest, as set when any device on the path "
                                       "supports no more (not in the seed); sizes the "

@@ -7,11 +7,15 @@ Each direction moves at most one ``datapath_bytes`` beat per cycle of the
 1 GHz clock, at the lanes' rate (``lanes x GT/s / 8`` bytes per ns), minus
 the 128b/130b sync headers (one cycle in 65) and a SKP ordered set every
 ``skp_interval_blocks`` blocks.  TLPs go whole, one starting per beat: a
-header beat (framing, header, length) and the data beats.  A transmitter
-starts a TLP only once all of it is in its queue, so its beats go back to
-back, and the classes with a TLP ready to start (queued whole, with credits)
-take turns, round robin (a read or completion may pass an earlier posted
-write: Relaxed Ordering, which no copy of the model depends on).  The receiver
+header beat (framing, header, length) and the data beats.  A data beat takes
+``datapath_bytes`` of the lanes' time, a beat without data (a header beat, or
+DLLPs alone) :data:`HEADER_WIRE_BYTES` (32) at most: with ``datapath_bytes``
+64 a header beat still takes a cycle of the datapath, but only the wire time
+of what it carries.  A transmitter starts a TLP only once all of it is in its
+queue, so its beats go back to back, and the classes with a TLP ready to
+start (queued whole, with credits) take turns, round robin (a read or
+completion may pass an earlier posted write: Relaxed Ordering, which no copy
+of the model depends on).  The receiver
 returns flow-control credits per class with UpdateFC DLLPs and acknowledges
 TLPs with Ack DLLPs; both travel the other direction and take its link time:
 one DLLP (8 B) fits in the slack of a TLP's header beat (framing and a 4 DW
@@ -37,6 +41,11 @@ DLLP_MAX_WAIT = 32
 #: Any credits freed or TLPs taken in but not yet reported go out when this
 #: free-running sweep wraps (cycles).
 SWEEP_CYCLES = 64
+#: Lane bytes a beat without data takes on the wire: a TLP's header beat
+#: (framing, sequence number, 4 DW header and LCRC, 24 B, with one 8 B DLLP
+#: in its slack) or a beat of DLLPs alone.  A beat of a wider datapath
+#: (``datapath_bytes`` 64) takes no more of the link's time than that.
+HEADER_WIRE_BYTES = 32
 
 
 def LinkTiming():
@@ -102,7 +111,8 @@ class LinkPort(wiring.Component):
         ``i_lane_bytes`` per cycle outside sync headers and SKP ordered sets).
     o_busy : Out(32)
         Beats sent (TLP or DLLP); ``o_busy * datapath_bytes / o_lane_bytes``
-        is the share of the link's time in use.
+        is the share of the link's time in use (at ``datapath_bytes`` 64 an
+        upper bound: a beat without data takes 32 B of it).
     o_dllp_beats : Out(32)
         Beats given to DLLPs alone.
     o_overflow : Out(1)
@@ -145,11 +155,17 @@ class LinkPort(wiring.Component):
                              skp_left.eq(self.i_skp_cycles)]
             with m.Else():
                 m.d.sync += blocks.eq(blocks + self.i_blocks_per_period)
-        slot = Signal()
+        # a data beat spends datapath_bytes of lane time, a beat without data
+        # (a TLP's header beat, or DLLPs alone) HEADER_WIRE_BYTES at most, what
+        # the wire carries of it; idle time is not banked
+        hdr_cost = min(HEADER_WIRE_BYTES, cfg.datapath_bytes)
+        slot = Signal()         # room for a beat without data
+        data_slot = Signal()    # room for a data beat
         used = Signal()
-        m.d.comb += slot.eq(~stall & (budget >= cfg.datapath_bytes))
-        # a slot's beat spends datapath_bytes of lane time; idle time is not banked
-        after = budget - Mux(used, cfg.datapath_bytes, 0)
+        cost = Signal(range(cfg.datapath_bytes + 1))
+        m.d.comb += [slot.eq(~stall & (budget >= hdr_cost)),
+                     data_slot.eq(~stall & (budget >= cfg.datapath_bytes))]
+        after = budget - Mux(used, cost, 0)
         grown = after + Mux(stall, 0, self.i_lane_bytes)
         m.d.sync += budget.eq(Mux(grown > cfg.datapath_bytes, cfg.datapath_bytes, grown))
         with m.If(~stall):
@@ -227,13 +243,16 @@ class LinkPort(wiring.Component):
         with m.If(slot):
             with m.If(busy):
                 # the whole TLP is queued, so its beats go back to back
-                m.d.comb += [used.eq(1), Array(txq.o[c].ready for c in range(N_FC))[cur].eq(1)]
-                m.d.sync += [out.beat_valid.eq(1), out.beat.eq(beat[cur])]
-                with m.If(Array(txq.o[c].payload.last for c in range(N_FC))[cur]):
-                    m.d.sync += busy.eq(0)
+                with m.If(data_slot):
+                    m.d.comb += [used.eq(1), cost.eq(cfg.datapath_bytes),
+                                 Array(txq.o[c].ready for c in range(N_FC))[cur].eq(1)]
+                    m.d.sync += [out.beat_valid.eq(1), out.beat.eq(beat[cur])]
+                    with m.If(Array(txq.o[c].payload.last for c in range(N_FC))[cur]):
+                        m.d.sync += busy.eq(0)
             with m.Elif(start & ~(any_due & (dllp_wait == DLLP_MAX_WAIT))):
                 c = pick
-                m.d.comb += [used.eq(1), Array(txq.o[k].ready for k in range(N_FC))[c].eq(1)]
+                m.d.comb += [used.eq(1), cost.eq(hdr_cost),
+                             Array(txq.o[k].ready for k in range(N_FC))[c].eq(1)]
                 m.d.sync += last.eq(c)
                 head_last = Array(txq.o[k].payload.last for k in range(N_FC))[c]
                 head_bytes = Array(Mux(txq.o[k].payload.kind == TlpType.MRD, 0,
@@ -255,7 +274,8 @@ class LinkPort(wiring.Component):
                             m.d.comb += send_fc[k].eq(1)
             with m.Elif(any_due):
                 # a beat of DLLPs alone: every one owed (four at most)
-                m.d.comb += [used.eq(1), send_ack.eq(ack_due), send_fc.eq(fc_due)]
+                m.d.comb += [used.eq(1), cost.eq(hdr_cost), send_ack.eq(ack_due),
+                             send_fc.eq(fc_due)]
                 m.d.sync += self.o_dllp_beats.eq(self.o_dllp_beats + 1)
             with m.If(used):
                 m.d.sync += self.o_busy.eq(self.o_busy + 1)
