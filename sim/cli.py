@@ -748,7 +748,8 @@ def _cmd_run(args):
                             failed = True
                             continue
                         out = results_dir / job.fabric / f"{job.name}.json"
-                        write_json_atomically(out, data)
+                        # the --set items, which the report marks as a what-if
+                        write_json_atomically(out, {**data, "set": list(sets[job.fabric])})
                         if not reused:
                             durations[f"{job.fabric}.{job.name}"] = round(seconds, 1)
                             write_json_atomically(durations_path, durations)

@@ -186,6 +186,9 @@ class ExperimentResult:
         Compared quantities, possibly empty.
     notes : tuple of str
         Free-text remarks.
+    what_if : tuple of str
+        The ``--set FIELD=VALUE`` items the experiment ran with (key
+        ``"set"``; empty, or absent, for the seed's model as it is).
     chart : dict or None
         ``{"title", "x_label", "y_label", "x_log2", "y_log", "lines": [{"name",
         "points": [[x, y], ...]}]}``: measured points drawn as lines, for
@@ -206,6 +209,7 @@ class ExperimentResult:
     series: tuple[ResultSeries, ...]
     rows: tuple[ResultRow, ...]
     notes: tuple[str, ...] = field(default=())
+    what_if: tuple[str, ...] = field(default=())
     heatmap: dict[str, Any] | None = None
     chart: dict[str, Any] | None = None
     topology: dict[str, Any] | None = None
@@ -469,6 +473,9 @@ def _load_experiment(path: Path) -> ExperimentResult:
     notes = doc.get("notes") or []
     if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
         raise ctx.error("top level", "key 'notes' must be a list of strings")
+    what_if = doc.get("set") or []
+    if not isinstance(what_if, list) or not all(isinstance(n, str) for n in what_if):
+        raise ctx.error("top level", "key 'set' must be a list of FIELD=VALUE strings")
 
     heatmap = doc.get("heatmap")
     if heatmap is not None:
@@ -551,6 +558,7 @@ def _load_experiment(path: Path) -> ExperimentResult:
         series=tuple(series),
         rows=rows,
         notes=tuple(notes),
+        what_if=tuple(what_if),
     )
 
 
@@ -881,6 +889,11 @@ def _experiment_section(result: ExperimentResult, results_dir: Path) -> list[str
     lines = [f"### {result.title}", ""]
     lines.append(f"`{result.fabric}/{result.path.name}` · simulator: {result.simulator}")
     lines.append("")
+    if result.what_if:
+        sets = " ".join(f"`--set {_cell(item)}`" for item in result.what_if)
+        lines += [f"**What-if:** run with {sets}. The seed's numbers were measured on the "
+                  "chip as it is, so the error column shows how far the change moves the "
+                  "model from them.", ""]
     if result.config:
         config = ", ".join(f"`{k}={_short(json.dumps(v))}`" for k, v in result.config.items())
         lines += [f"Configuration: {config}", ""]

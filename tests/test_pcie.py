@@ -2,6 +2,7 @@
 the seed's tables through the generated Verilog under cocotb."""
 
 import dataclasses
+import json
 import os
 from pathlib import Path
 
@@ -530,6 +531,9 @@ def test_a_rerun_reuses_the_simulation_and_gives_the_same_result(tmp_path, capsy
     assert main([*build, "--results", str(other), "run", "pcie.peer_copy",
                  "--set", "switch_latency_cycles=120"]) == 0
     assert (other / name).read_text() != (first / name).read_text()
+    # the result records the --set items, which the report marks as a what-if
+    assert json.loads((first / name).read_text())["set"] == []
+    assert json.loads((other / name).read_text())["set"] == ["switch_latency_cycles=120"]
 
 
 def _checked_copies(cfg, runs, test_dir):

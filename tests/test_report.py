@@ -205,6 +205,17 @@ def test_error_pct_computed_when_missing(tmp_path):
     assert result.rows[0].met is False
 
 
+def test_a_what_if_is_marked_where_its_rows_meet_the_seed(tmp_path):
+    """An experiment run with ``--set`` (key ``set`` of its result) says so
+    above its table; one run as the seed's model does not."""
+    _write(tmp_path, {**_dsm_one_way(), "set": ["shaper_flits=3", "shaper_cycles=3"]})
+    _write(tmp_path, {**_mesh_latency(), "set": []})
+    text = write_report(tmp_path).read_text(encoding="utf-8")
+    assert ("**What-if:** run with `--set shaper_flits=3` `--set shaper_cycles=3`. The seed's "
+            "numbers were measured on the chip as it is" in text.split("## mesh")[0])
+    assert text.count("What-if") == 1
+
+
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
@@ -220,6 +231,8 @@ def test_error_pct_computed_when_missing(tmp_path):
         ),
         (lambda d: d["rows"][0].update(model="fast"), r"rows\[0\]: key 'model' must be a finite number"),
         (lambda d: d.update(fabric="mesh"), r"key 'fabric' is 'mesh' but the file is in directory 'dsm'"),
+        (lambda d: d.update(set="cpcs=2"), r"one_way\.json: top level: key 'set' must be a list of "
+                                           r"FIELD=VALUE strings"),
         # finite, so it passes the file's checks, but no plot scale holds it
         (lambda d: d["series"][0]["points"][0].update(cycles=1e308),
          r"one_way\.json: its numbers cannot be plotted \(OverflowError"),
