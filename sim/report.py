@@ -473,8 +473,9 @@ def _load_experiment(path: Path) -> ExperimentResult:
     notes = doc.get("notes") or []
     if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
         raise ctx.error("top level", "key 'notes' must be a list of strings")
-    what_if = doc.get("set") or []
-    if not isinstance(what_if, list) or not all(isinstance(n, str) for n in what_if):
+    what_if = doc.get("set", [])
+    if not isinstance(what_if, list) or not all(
+            isinstance(n, str) and "=" in n and "`" not in n and "\n" not in n for n in what_if):
         raise ctx.error("top level", "key 'set' must be a list of FIELD=VALUE strings")
 
     heatmap = doc.get("heatmap")
@@ -890,7 +891,7 @@ def _experiment_section(result: ExperimentResult, results_dir: Path) -> list[str
     lines.append(f"`{result.fabric}/{result.path.name}` · simulator: {result.simulator}")
     lines.append("")
     if result.what_if:
-        sets = " ".join(f"`--set {_cell(item)}`" for item in result.what_if)
+        sets = " ".join(f"`--set {item}`" for item in result.what_if)
         lines += [f"**What-if:** run with {sets}. The seed's numbers were measured on the "
                   "chip as it is, so the error column shows how far the change moves the "
                   "model from them.", ""]
