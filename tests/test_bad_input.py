@@ -93,8 +93,13 @@ CASES = [
     ("pcie-retrained-wider-than-the-others", ["run", "pcie.peer_copy", "--set", "lanes=4",
                                               "--set", "retrained_gpu=0", "--set",
                                               "retrained_lanes=16"],
-     "retrained_lanes must be at most lanes (4) while retrained_gpu names a GPU: its link "
-     "trains narrower than the others, not wider, not 16"),
+     "retrained_lanes must be at most lanes (4) while retrained_gpu names a GPU (its link "
+     "trains narrower than the others, not wider; retrained_lanes defaults to 8), not 16"),
+    ("pcie-retrained-default-above-the-others", ["run", "pcie.peer_copy", "--set",
+                                                 "generation=3", "--set", "retrained_gpu=0"],
+     "retrained_generation must be at most generation (3) while retrained_gpu names a GPU "
+     "(its link trains at a lower generation than the others, not a higher one; "
+     "retrained_generation defaults to 4), not 4"),
     # a value no experiment of the fabric takes is named once, not by experiment
     ("pcie-retrained-rate-of-no-gpu", ["run", "pcie", "--set", "retrained_generation=3"],
      "retrained_generation needs retrained_gpu set"),

@@ -59,9 +59,10 @@ class PcieConfig(ConfigBase):
     retrained_gpu: int = _run(-1, "GPU whose link to its switch trained narrower or at a "
                                   "lower generation than the others; -1: none (not in the "
                                   "seed)")
-    retrained_lanes: int = _run(8, "lanes of retrained_gpu's link (not in the seed)")
-    retrained_generation: int = _run(4, "PCIe generation of retrained_gpu's link (not in the "
-                                        "seed)")
+    retrained_lanes: int = _run(8, "lanes of retrained_gpu's link, at most lanes (not in "
+                                   "the seed)")
+    retrained_generation: int = _run(4, "PCIe generation of retrained_gpu's link, at most "
+                                        "generation (not in the seed)")
     datapath_bytes: int = _hw(32, "bytes per cycle inside ports and switches: a Gen4 x16 "
                                   "port's 32 B per ns. The model's transmit datapath starts "
                                   "one TLP per beat, its framing and header in a beat of "
@@ -70,7 +71,8 @@ class PcieConfig(ConfigBase):
                                   "64 B beats that header beat takes 32 B of the link's time "
                                   "but a whole 1 ns cycle of the datapath, so a 128 B write "
                                   "needs 3 ns: Gen5 x16 copies are bound by the datapath at "
-                                  "42.7 GB/s, not by the link")
+                                  "about 42 GB/s (128 B per 3 ns, less the sync headers and "
+                                  "SKP ordered sets), not by the link")
     max_payload_bytes: int = _hw(128, "PCIe max payload size (MPS), bytes; 128 B, the "
                                       "smallest, as set when any device on the path "
                                       "supports no more (not in the seed); sizes the "
@@ -195,12 +197,13 @@ class PcieConfig(ConfigBase):
              <= self.datapath_bytes, "a link no faster than the datapath")
         # a retrained link trains below the others (or as they do), never above
         need("retrained_lanes", self.retrained_gpu < 0 or self.retrained_lanes <= self.lanes,
-             f"at most lanes ({self.lanes}) while retrained_gpu names a GPU: its link trains "
-             "narrower than the others, not wider")
+             f"at most lanes ({self.lanes}) while retrained_gpu names a GPU (its link trains "
+             "narrower than the others, not wider; retrained_lanes defaults to 8)")
         need("retrained_generation",
              self.retrained_gpu < 0 or self.retrained_generation <= self.generation,
-             f"at most generation ({self.generation}) while retrained_gpu names a GPU: its "
-             "link trains at a lower generation than the others, not a higher one")
+             f"at most generation ({self.generation}) while retrained_gpu names a GPU (its "
+             "link trains at a lower generation than the others, not a higher one; "
+             "retrained_generation defaults to 4)")
         need("lanes", self.link_bytes_per_cycle <= self.datapath_bytes,
              f"at most {self.datapath_bytes * 8 // GT_PER_S[self.generation]} at Gen"
              f"{self.generation} with datapath_bytes={self.datapath_bytes} (the link may "

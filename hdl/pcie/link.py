@@ -110,9 +110,10 @@ class LinkPort(wiring.Component):
         Lane bytes the link could have carried since reset (its capacity:
         ``i_lane_bytes`` per cycle outside sync headers and SKP ordered sets).
     o_busy : Out(32)
-        Beats sent (TLP or DLLP); ``o_busy * datapath_bytes / o_lane_bytes``
-        is the share of the link's time in use (at ``datapath_bytes`` 64 an
-        upper bound: a beat without data takes 32 B of it).
+        Beats sent (TLP or DLLP).  Of the link's time they take ``(o_busy -
+        o_tlps - o_dllp_beats) x datapath_bytes`` lane bytes for the data
+        beats and ``min(HEADER_WIRE_BYTES, datapath_bytes)`` for each header
+        or DLLP beat; that over ``o_lane_bytes`` is the share in use.
     o_dllp_beats : Out(32)
         Beats given to DLLPs alone.
     o_overflow : Out(1)
