@@ -243,7 +243,7 @@ def test_a_link_moves_payload_at_its_beat_share(write_bytes, beats, mode):
 def _less_sync_and_skp(gbps, generation):
     """``gbps`` less the 128b/130b sync headers (a cycle in 65) and a SKP
     ordered set of 128 / GT/s cycles every 372 blocks (GT/s / 2 per 65 cycles)."""
-    gt = {3: 8, 4: 16, 5: 32}[generation]
+    gt = GT_PER_S[generation]
     return gbps * 64 / 65 * (1 - (128 / gt) / (372 / (gt / 2) * 65))
 
 
