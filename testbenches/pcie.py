@@ -11,8 +11,8 @@ import cocotb
 from testbenches.common import RegisterTB, counter_deltas, load_plan, write_result
 
 #: Counters that only grow; a run reports their increase over the run.
-_CUMULATIVE = (".tlps", ".payload_bytes", ".lane_bytes", ".busy", ".dllp_beats",
-               ".read_wait")
+_CUMULATIVE = (".tlps", ".payload_bytes", ".lane_bytes", ".wire_bytes", ".dllp_beats",
+               ".busy", ".host_busy", ".read_wait")
 
 
 @cocotb.test()

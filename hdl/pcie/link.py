@@ -109,11 +109,11 @@ class LinkPort(wiring.Component):
     o_lane_bytes : Out(32)
         Lane bytes the link could have carried since reset (its capacity:
         ``i_lane_bytes`` per cycle outside sync headers and SKP ordered sets).
-    o_busy : Out(32)
-        Beats sent (TLP or DLLP).  Of the link's time they take ``(o_busy -
-        o_tlps - o_dllp_beats) x datapath_bytes`` lane bytes for the data
-        beats and ``min(HEADER_WIRE_BYTES, datapath_bytes)`` for each header
-        or DLLP beat; that over ``o_lane_bytes`` is the share in use.
+    o_wire_bytes : Out(32)
+        Lane bytes the beats sent took of the link's time since reset:
+        ``datapath_bytes`` for each data beat and ``min(HEADER_WIRE_BYTES,
+        datapath_bytes)`` for each header or DLLP beat.  Over
+        ``o_lane_bytes`` it is the share of the link in use.
     o_dllp_beats : Out(32)
         Beats given to DLLPs alone.
     o_overflow : Out(1)
@@ -131,7 +131,7 @@ class LinkPort(wiring.Component):
             "i": In(link), "o": Out(link), "o_wire": Out(wl), "i_wire": In(wl),
             **LinkTiming(),
             "o_tlps": Out(32), "o_payload_bytes": Out(32), "o_lane_bytes": Out(32),
-            "o_busy": Out(32), "o_dllp_beats": Out(32), "o_overflow": Out(1),
+            "o_wire_bytes": Out(32), "o_dllp_beats": Out(32), "o_overflow": Out(1),
         })
 
     def elaborate(self, platform):
@@ -279,7 +279,7 @@ class LinkPort(wiring.Component):
                              send_fc.eq(fc_due)]
                 m.d.sync += self.o_dllp_beats.eq(self.o_dllp_beats + 1)
             with m.If(used):
-                m.d.sync += self.o_busy.eq(self.o_busy + 1)
+                m.d.sync += self.o_wire_bytes.eq(self.o_wire_bytes + cost)
 
         # --- receiver ----------------------------------------------------------------
         depth = hdr_credits + data_credits * DATA_CREDIT_BYTES // cfg.datapath_bytes
@@ -361,13 +361,13 @@ class PcieLink(wiring.Component):
     i_lane_bytes ... i_fc_every
         Timing (see :func:`LinkTiming`), to both ends.
     ab_*, ba_* counters
-        ``o_tlps``, ``o_payload_bytes``, ``o_lane_bytes``, ``o_busy``,
+        ``o_tlps``, ``o_payload_bytes``, ``o_lane_bytes``, ``o_wire_bytes``,
         ``o_dllp_beats`` of the a-to-b and b-to-a directions.
     o_overflow : Out(1)
         Sticky: a receive buffer or wire delay overflowed.
     """
 
-    COUNTERS = ("tlps", "payload_bytes", "lane_bytes", "busy", "dllp_beats")
+    COUNTERS = ("tlps", "payload_bytes", "lane_bytes", "wire_bytes", "dllp_beats")
 
     def __init__(self, cfg, *, a_credits, b_credits):
         self.cfg = cfg

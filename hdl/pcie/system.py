@@ -102,10 +102,10 @@ def counter_names(cfg):
     ``first_bad_addr`` and ``first_bad_cycle`` describe the first beat GPU k
     found wrong (see :class:`~hdl.pcie.gpu.GpuEndpoint`).  Per link and direction
     (``<link>.up`` / ``<link>.down``): ``tlps``, ``payload_bytes``,
-    ``lane_bytes`` (the link's capacity), ``busy`` (beats sent),
-    ``dllp_beats``.  Per socket-link direction (``socket<a><b>``): ``busy``
-    cycles and ``read_wait`` (cycles a peer-to-peer read waited for tracker
-    room); ``socket.read_peak``: the most peer-to-peer read bytes a root
+    ``lane_bytes`` (the link's capacity), ``wire_bytes`` (what the beats
+    sent took of it), ``dllp_beats``.  Per socket-link direction
+    (``socket<a><b>``): ``busy`` cycles and ``read_wait`` (cycles a
+    peer-to-peer read waited for tracker room); ``socket.read_peak``: the most peer-to-peer read bytes a root
     complex's trackers held (see :class:`~hdl.pcie.switch.SocketReadTracker`).
     Per host memory (``host<k>``): payload bytes written in
     (``rx_bytes``) and read out (``tx_bytes``), ``errors``.  Per root port

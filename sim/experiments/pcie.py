@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 from hdl.pcie.config import CLOCK_MHZ, GT_PER_S, gpu_socket
 from hdl.pcie.gpu import GpuMode, GpuReg
-from hdl.pcie.link import HEADER_WIRE_BYTES
 from hdl.pcie.system import GLOBAL, counter_names, crossbars, system_registers
 from hdl.pcie.tlp import HOST_NODE, STAGE_SHIFT, FcClass, TlpType
 from sim import stall
@@ -338,13 +337,9 @@ def topology(cfg, got):
              + [{"name": f"CPU{k}", "x": x, "y": 0} for k, x in enumerate(cpu_x)])
 
     def share(link, d):
-        # a beat without data (a TLP's header beat, or DLLPs alone) takes less
-        # of the link's time than a data beat with 64 B beats (HEADER_WIRE_BYTES)
+        # the link's own count of the lane bytes its beats took, over its capacity
         lane = c[f"{link}.{d}.lane_bytes"]
-        bare = c[f"{link}.{d}.tlps"] + c[f"{link}.{d}.dllp_beats"]
-        used = ((c[f"{link}.{d}.busy"] - bare) * cfg.datapath_bytes
-                + bare * min(HEADER_WIRE_BYTES, cfg.datapath_bytes))
-        return min(1.0, used / lane) if lane else 0.0
+        return min(1.0, c[f"{link}.{d}.wire_bytes"] / lane) if lane else 0.0
 
     links = [{"a": f"GPU{g}", "b": f"switch{g // gps}", "ab": share(f"gpu{g}", "up"),
               "ba": share(f"gpu{g}", "down")} for g in range(cfg.gpus)]
