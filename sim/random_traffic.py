@@ -58,6 +58,9 @@ class Trial:
     plan : callable
         ``plan(runs)``: the testbench plan for these runs (or others of the
         same fabric and configuration).
+    transfers : callable
+        ``transfers(run, result)``: the transfers a simulated run made (by
+        default ``run["transfers"]``, what the run was drawn to send).
     """
 
     fabric: str
@@ -69,6 +72,7 @@ class Trial:
     component: type = None
     check: Callable = None
     plan: Callable = None
+    transfers: Callable = lambda run, result: run["transfers"]
 
     def verilog(self, build_root: Path) -> Path:
         """Generate (or reuse from the build cache) the Verilog of ``cfg``."""
@@ -204,18 +208,18 @@ def _pcie(rng, seed, small, n_runs):
         pairs = [(s, d) for s, d in zip(senders, receivers) if s != d] or [(0, cfg.gpus - 1)]
         label = f"seed {seed} run {k}"
         run = pcie.copy_run(cfg, label, pairs, nbytes, tlp, mode=mode)
-        # requests of tlp bytes (writes pushed, reads pulled); a staged copy
-        # makes both (writes into host memory, reads out of it)
-        run["transfers"] = len(pairs) * nbytes // tlp * (2 if mode == GpuMode.STAGED else 1)
         run["checked_bytes"] = len(pairs) * nbytes
         changed = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
                    if getattr(cfg, f.name) != getattr(base, f.name)}
         run["traffic"] = (f"{mode.name.lower()} {nbytes} B in {tlp} B TLPs, pairs {pairs}, "
                           f"set {changed}")
         runs.append(run)
+    # TLPs the GPUs sent (writes, read requests, completions), as their links count them
     return Trial("pcie", seed, base, runs, "pcie_system", "testbenches.pcie", PcieSystem,
                  lambda run, got: pcie.check_run(base, run, got),
-                 lambda rs: pcie.plan(base, rs))
+                 lambda rs: pcie.plan(base, rs),
+                 lambda run, got: sum(got["counters"][f"gpu{g}.up.tlps"]
+                                      for g in range(base.gpus)))
 
 
 def _mesh(rng, seed, small, n_runs, dirty):
@@ -309,9 +313,13 @@ def run_seeds(fabric, seeds, *, sim="verilator", small=None, build_root=Path("bu
         ``{"fabric", "simulator", "seeds", "runs", "transfers",
         "checked_bytes", "failures"}``; each failure is one line naming the
         seed, the run's traffic and the command that re-runs that seed (the
-        same traffic, in a simulation of its own).  ``transfers`` counts DSM
-        payloads, PCIe requests (writes and read requests of the run's TLP
-        size) and ET-SoC-1 messages and credits.
+        same traffic, in a simulation of its own); runs the simulation did
+        not reach, because an earlier run ended stuck or broke the credit
+        protocol (``overflow``), are failures too.  ``transfers`` counts the
+        simulated runs' DSM payloads, PCIe TLPs the GPUs sent (writes, read
+        requests and completions, from their links' counters) and ET-SoC-1
+        messages and credits; ``checked_bytes`` the bytes of the runs that
+        passed their check.
 
     Raises
     ------
@@ -333,18 +341,26 @@ def run_seeds(fabric, seeds, *, sim="verilator", small=None, build_root=Path("bu
                                reuse=not fresh,
                                cache_dir=Path(build_root) / "simulations" if cache else None)
     results = iter(got["runs"])
-    failures = []
+    failures, last, transfers, checked_bytes = [], None, 0, 0
     for t in trials:
         for run in t.runs:
+            rerun = (f" | traffic: {run['traffic']} | re-run: python -m sim.random_traffic "
+                     f"{fabric} --seed {t.seed} --sim {sim}{' --small' if small else ''}")
+            result = next(results, None)
+            if result is None:
+                failures.append(f"{run['label']}: not simulated, the simulation stopped "
+                                f"after {last}" + rerun)
+                continue
+            last = run["label"]
             try:
-                t.check(run, next(results))
+                t.check(run, result)
             except Exception as error:  # noqa: BLE001 - each fabric's ExperimentError
-                failures.append(f"{error} | traffic: {run['traffic']} | re-run: "
-                                f"python -m sim.random_traffic {fabric} --seed {t.seed} "
-                                f"--sim {sim}{' --small' if small else ''}")
+                failures.append(f"{error}" + rerun)
+            else:
+                checked_bytes += run["checked_bytes"]
+            transfers += t.transfers(run, result)
     return {"fabric": fabric, "simulator": sim, "seeds": seeds, "runs": len(runs),
-            "transfers": sum(r["transfers"] for r in runs),
-            "checked_bytes": sum(r["checked_bytes"] for r in runs), "failures": failures}
+            "transfers": transfers, "checked_bytes": checked_bytes, "failures": failures}
 
 
 def _write_results(path, rows):

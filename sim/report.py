@@ -1343,8 +1343,8 @@ def _verification_section(results_dir: Path) -> list[str]:
     passed = sum(row[-1] == "✓" for row in table)
     lines += [f"Seeded constrained-random traffic (every byte, TLP payload or register checked "
               f"at its destination): {passed} / {len(table)} fabric and simulator pairs "
-              f"passed. Transfers are DSM payloads, PCIe requests (writes and read requests) "
-              f"and ET-SoC-1 messages and credits.",
+              f"passed. Transfers are DSM payloads, PCIe TLPs the GPUs sent (writes, read "
+              f"requests and completions) and ET-SoC-1 messages and credits.",
               ""]
     lines += _md_table(["fabric", "simulator", "seeds", "runs", "transfers", "bytes checked",
                         "passed"], table)

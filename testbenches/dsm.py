@@ -3,7 +3,8 @@
 For every run of the plan: write the SM registers, fill the shared memories,
 start, wait for the cluster barrier's ``done`` (or the watchdog's ``stuck``),
 read every counter, then check the received data.  The elapsed cycles come
-from the RTL's own cycle counter.
+from the RTL's own cycle counter.  The runs stop after one that ends stuck
+or with the sticky ``overflow`` flag set.
 """
 
 import cocotb
@@ -44,6 +45,8 @@ async def run_plan(dut):
         results.append(entry)
         dut._log.info("run %d/%d %s: %s after %d cycles", index + 1, len(plan["runs"]),
                       run["label"], entry["ended"], after["cycles"])
-        if ended != "done":
+        # a stuck fabric, or one whose credits broke (a sticky flag), would
+        # spoil every later run
+        if ended != "done" or entry["counters"]["overflow"]:
             break
     write_result({"runs": results})

@@ -10,6 +10,8 @@ minion cycles from the RTL's counters; nanoseconds use the nominal 600 MHz.
 For every run of the plan: write the engines' registers, fill the register
 files, start, wait for ``done`` (or the watchdog's ``stuck``), read the
 counters the run names, then checksum the register files and read those.
+The runs stop after one that ends stuck or with the sticky ``overflow``
+flag set.
 """
 
 import cocotb
@@ -47,8 +49,10 @@ async def run_plan(dut):
         else:
             entry["counters"].update(await tb.read_counters(run.get("on_stuck", [])))
         results.append(entry)
-        if ended != "done":
-            dut._log.info("run %d/%d %s: %s", index + 1, len(plan["runs"]), run["label"],
-                          entry["ended"])
+        # a stuck network, or one whose credits broke (a sticky flag), would
+        # spoil every later run
+        if ended != "done" or entry["counters"]["overflow"]:
+            dut._log.info("run %d/%d %s: %s%s", index + 1, len(plan["runs"]), run["label"],
+                          entry["ended"], ", overflow" if entry["counters"]["overflow"] else "")
             break
     write_result({"runs": results})

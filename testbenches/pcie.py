@@ -3,7 +3,8 @@
 One clock of 1 ns (the model's 1 GHz).  For every run of the plan: write the
 GPUs' and the machine's registers, start, wait for ``done`` (or the
 watchdog's ``stuck``) and read every counter; the link counters only grow, so
-a run reports their increase over the run.
+a run reports their increase over the run.  The runs stop after one that
+ends stuck or with the sticky ``overflow`` flag set.
 """
 
 import cocotb
@@ -32,6 +33,8 @@ async def run_plan(dut):
                         "counters": counter_deltas(before, after, _CUMULATIVE)})
         dut._log.info("run %d/%d %s: %s after %d cycles", index + 1, len(plan["runs"]),
                       run["label"], results[-1]["ended"], after["cycles"])
-        if ended != "done":
+        # a stuck fabric, or one whose credits broke (a sticky flag), would
+        # spoil every later run
+        if ended != "done" or after["overflow"]:
             break
     write_result({"runs": results})

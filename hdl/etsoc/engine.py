@@ -247,7 +247,8 @@ class MinionEngine(wiring.Component):
     o_tx_msgs, o_rx_msgs : Out(16)
         Messages sent and received this run.
     o_first_rx, o_last_rx : Out(32)
-        ``i_now`` when the first and the latest receive retired.
+        ``i_now`` when the first and the latest receive of this run retired;
+        0 until one has.
     o_checksum : Out(32)
         See :func:`checksum`.
     o_errors : Out(16)
@@ -388,6 +389,7 @@ class MinionEngine(wiring.Component):
             m.d.sync += fill_addr.eq(fill_addr + 1)
         with m.If(self.i_start):
             m.d.sync += [running.eq(1), tx_sent.eq(0), rx_done.eq(0), self.o_errors.eq(0),
+                         self.o_first_rx.eq(0), self.o_last_rx.eq(0),
                          self.o_first_stray.eq(0), self.o_first_stray_cycle.eq(0),
                          self.o_tx_sum.eq(0), self.o_rx_sum.eq(0),
                          t_up_pending.eq(up_bit.any()), t_down.eq(below),

@@ -116,9 +116,11 @@ class GpuEndpoint(wiring.Component):
     o_tx_bytes, o_rx_bytes : Out(32)
         Payload bytes sent (writes and completions) and taken in this run.
     o_first_tx, o_last_tx : Out(32)
-        ``i_now`` at the copy engines' first and last TLP (write or read).
+        ``i_now`` at the copy engines' first and last TLP (write or read) of
+        this run; 0 until one goes.
     o_first_rx, o_last_rx : Out(32)
-        ``i_now`` at the first and last payload beat taken in.
+        ``i_now`` at the first and last payload beat taken in this run; 0
+        until one comes.
     o_errors : Out(16)
         Beats that break the copy: a TLP for another node or from a node other
         than SRC (or, staged, SRC's staging buffer in host memory), a write or
@@ -229,7 +231,10 @@ class GpuEndpoint(wiring.Component):
         answered = Signal()       # a read's last completion byte came in (below)
         tag_limit = Mux(tags == 0, 1, Mux(tags > 256, 256, tags))
         with m.If(self.i_start):
-            m.d.sync += [first.eq(0), outstanding.eq(0), requested.eq(0)]
+            # a run's stamps (set below) never show an earlier run's times
+            m.d.sync += [first.eq(0), outstanding.eq(0), requested.eq(0),
+                         self.o_first_tx.eq(0), self.o_last_tx.eq(0),
+                         self.o_first_rx.eq(0), self.o_last_rx.eq(0)]
 
         def engine(name, nbytes):
             offset = Signal(32, name=f"{name}_offset")
