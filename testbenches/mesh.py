@@ -49,10 +49,13 @@ async def run_plan(dut):
         else:
             entry["counters"].update(await tb.read_counters(run.get("on_stuck", [])))
         results.append(entry)
+        # one line per run: fabricsim's progress line counts them
+        overflow = entry["counters"]["overflow"]
+        dut._log.info("run %d/%d %s: %s%s after %d cycles", index + 1, len(plan["runs"]),
+                      run["label"], entry["ended"], ", overflow" if overflow else "",
+                      entry["counters"]["cycles"])
         # a stuck network, or one whose credits broke (a sticky flag), would
         # spoil every later run
-        if ended != "done" or entry["counters"]["overflow"]:
-            dut._log.info("run %d/%d %s: %s%s", index + 1, len(plan["runs"]), run["label"],
-                          entry["ended"], ", overflow" if entry["counters"]["overflow"] else "")
+        if ended != "done" or overflow:
             break
     write_result({"runs": results})

@@ -217,6 +217,9 @@ def test_a_tree_over_every_minion_is_programmed_by_broadcast_writes(verilog, tmp
     assert len(run["writes"]) < 20
     for want, got in zip([first, run], simulate(verilog, [first, run], tmp_path)):
         mesh.check_run(CFG, want, got)   # raises on any wrong register
+    # each run finished is logged, for fabricsim's progress line (sim.cli.runs_logged)
+    from sim.cli import _RUN_DONE
+    assert _RUN_DONE.findall((tmp_path / "sim.log").read_bytes()) == [(b"1", b"2"), (b"2", b"2")]
 
 
 @pytest.mark.parametrize("op", [1, 2, 3])
