@@ -34,7 +34,7 @@ from sim.experiments import SetByExperiment
 __all__ = ["FieldSetByExperiment", "Job", "OneLineParser", "UsageError", "execute_job",
            "execute_or_error", "folder_option", "generate", "job_run_folders", "job_verilog",
            "jobs_option", "longest_first", "main", "parse_overrides", "plan_job", "pool",
-           "resolve_names", "runs_logged", "write_json_atomically"]
+           "resolve_names", "runs_logged", "unknown_field", "write_json_atomically"]
 
 FABRICS = ("dsm", "mesh", "pcie")
 
@@ -220,6 +220,24 @@ def resolve_names(names):
     return list(dict.fromkeys(out))
 
 
+def unknown_field(option, config_cls, name):
+    """The error for ``option`` (``--set``, ``--grid``) naming ``name``, which
+    is not a field of ``config_cls``: the fields it has, then the fabrics
+    ``name`` is a field of, or else the closest of its own fields."""
+    import difflib
+
+    fields = [f.name for f in dataclasses.fields(config_cls)]
+    message = f"{option} field must be one of {', '.join(fields)}, not {name!r}"
+    elsewhere = [f for f in FABRICS if _fabric(f).config is not config_cls
+                 and name in {x.name for x in dataclasses.fields(_fabric(f).config)}]
+    if elsewhere:
+        return UsageError(f"{message} ({name} is a field of {' and '.join(elsewhere)})")
+    close = difflib.get_close_matches(name, fields, n=1)
+    if close:
+        return UsageError(f"{message} (did you mean {close[0]}?)")
+    return UsageError(message)
+
+
 def parse_overrides(config_cls, items):
     """Apply ``FIELD=VALUE`` strings to a default ``config_cls`` and validate it.
 
@@ -242,7 +260,7 @@ def parse_overrides(config_cls, items):
         if not eq:
             raise UsageError(f"--set takes FIELD=VALUE, not {item!r}")
         if name not in fields:
-            raise UsageError(f"--set field must be one of {', '.join(fields)}, not {name!r}")
+            raise unknown_field("--set", config_cls, name)
         if name in changes:
             raise UsageError(f"--set gives {name} more than once; give it once")
         default = getattr(defaults, name)

@@ -55,14 +55,14 @@ def parse_grid(config_cls, items):
         If a field is unknown or given twice, has no values, or gives one
         value twice.
     """
-    from sim.cli import UsageError
+    from sim.cli import UsageError, unknown_field
 
     fields = {f.name: f for f in dataclasses.fields(config_cls)}
     grid = []
     for item in items:
         name, eq, text = item.partition("=")
         if name not in fields:
-            raise UsageError(f"--grid field must be one of {', '.join(fields)}, not {name!r}")
+            raise unknown_field("--grid", config_cls, name)
         if not eq or not text.strip():
             raise UsageError(f"--grid {name} must list values as {name}=V1,V2,..., "
                              f"not {item!r}")

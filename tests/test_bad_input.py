@@ -25,6 +25,8 @@ CASES = [
     ("empty-experiment", ["run", "dsm."], "experiment must be one of one_way,"),
     ("unknown-field", ["run", "pcie", "--set", "cluster_size=2"],
      "--set field must be one of sockets,"),
+    ("misspelt-field", ["run", "dsm.one_way", "--set", "shaper_flit=3"],
+     "--set field must be one of cpcs,"),
     ("unknown-field-all", ["run", "all", "--set", "nosuch=2"],
      "--set field must be a field of dsm, mesh, pcie, not 'nosuch'"),
     ("set-without-value", ["run", "dsm.one_way", "--set", "cluster_size"],

@@ -97,6 +97,24 @@ def test_bad_set_items(items, text):
         parse_overrides(DsmConfig, items)
 
 
+def test_an_unknown_field_is_pointed_to_its_fabric_or_the_closest_field():
+    """A field of another fabric says which; a misspelt one names the closest
+    field; either way the message lists the fabric's fields first."""
+    from hdl.pcie.config import PcieConfig
+    from sim.sweep import parse_grid
+
+    for items, hint in ((["lanes=8"], " (lanes is a field of pcie)"),
+                        (["shaper_flit=3"], " (did you mean shaper_flits?)"),
+                        (["nosuch=1"], "")):
+        with pytest.raises(UsageError) as info:
+            parse_overrides(DsmConfig, items)
+        name = items[0].partition("=")[0]
+        assert str(info.value).startswith("--set field must be one of cpcs, ")
+        assert str(info.value).endswith(f", not {name!r}{hint}")
+    with pytest.raises(UsageError, match=r", not 'lane' \(did you mean lanes\?\)$"):
+        parse_grid(PcieConfig, ["lane=8,16"])
+
+
 def test_names_resolve_and_unknown_names_fail():
     assert ("dsm", "one_way") in resolve_names(["dsm"])
     assert resolve_names(["dsm.mixed"]) == [("dsm", "mixed")]
