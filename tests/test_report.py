@@ -196,6 +196,26 @@ def test_top_level_points_and_fit_become_one_series(tmp_path):
     assert (tmp_path / "mesh" / "latency.png").read_bytes().startswith(PNG_MAGIC)
 
 
+def test_a_seed_range_shows_as_a_range_without_an_error(tmp_path):
+    """A row whose seed gives a range (``reference_range``; ``reference`` its
+    midpoint) shows the range in the seed column and no error %, in the
+    report and in the console's list of missed rows."""
+    doc = _mesh_latency()
+    doc["rows"] = [{"quantity": "far per hop", "model": 36.02, "reference": 31.5,
+                    "reference_range": [27, 36], "unit": "cycles/hop", "source": SOURCE,
+                    "minimum": 27, "maximum": 36, "target": "27 to 36"}]
+    _write(tmp_path, doc)
+    text = write_report(tmp_path).read_text(encoding="utf-8")
+    assert f"| far per hop | 36.02 | 27–36 | cycles/hop | — | 27 to 36 | ✗ | {SOURCE} |" in text
+    out = io.StringIO()
+    print_summary(tmp_path, console=Console(file=out, width=200, color_system=None))
+    assert "far per hop model 36.02 vs seed 27–36 cycles/hop (target 27 to 36)" in out.getvalue()
+    doc["rows"][0]["reference_range"] = [36, 27]
+    _write(tmp_path, doc)
+    with pytest.raises(ValueError, match=r"rows\[0\]: key 'reference_range' must be \[low, high\]"):
+        write_report(tmp_path)
+
+
 def test_error_pct_computed_when_missing(tmp_path):
     doc = _mesh_latency()
     doc["rows"][0].update(model=4.4, error_pct=None, tolerance_pct=5.0)

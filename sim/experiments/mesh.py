@@ -684,6 +684,9 @@ def _ref_row(quantity, model, key, **extra):
     row = {"quantity": quantity, "model": None if model is None else float(model),
            "reference": entry["value"], "unit": entry["unit"], "source": entry["source"],
            "error_pct": None if model is None else error_pct(model, entry["value"])}
+    if "range" in entry:
+        # the seed gives a range; "reference" is its midpoint
+        row["reference_range"] = [float(v) for v in entry["range"]]
     if "tolerance_pct" in entry:
         row["tolerance_pct"] = entry["tolerance_pct"]
         row["target"] = f"within {entry['tolerance_pct']:g} %"
