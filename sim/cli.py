@@ -220,22 +220,34 @@ def resolve_names(names):
     return list(dict.fromkeys(out))
 
 
+def _field_hint(name, own):
+    """`` (...)`` after an unknown field ``name``: the other fabrics that have
+    it, else the closest field of any fabric (with its fabric when ``own``,
+    the fabrics the field was meant for, lack it), else nothing."""
+    import difflib
+
+    names = {f: [x.name for x in dataclasses.fields(_fabric(f).config)] for f in FABRICS}
+    elsewhere = [f for f in FABRICS if f not in own and name in names[f]]
+    if elsewhere:
+        return f" ({name} is a field of {' and '.join(elsewhere)})"
+    every = list(dict.fromkeys(n for f in FABRICS for n in names[f]))
+    close = difflib.get_close_matches(name, every, n=1)
+    if not close:
+        return ""
+    if any(close[0] in names[f] for f in own):
+        return f" (did you mean {close[0]}?)"
+    return f" (did you mean {close[0]}, a field of " \
+           f"{' and '.join(f for f in FABRICS if close[0] in names[f])}?)"
+
+
 def unknown_field(option, config_cls, name):
     """The error for ``option`` (``--set``, ``--grid``) naming ``name``, which
     is not a field of ``config_cls``: the fields it has, then the fabrics
-    ``name`` is a field of, or else the closest of its own fields."""
-    import difflib
-
+    ``name`` is a field of, or else the closest field (:func:`_field_hint`)."""
     fields = [f.name for f in dataclasses.fields(config_cls)]
-    message = f"{option} field must be one of {', '.join(fields)}, not {name!r}"
-    elsewhere = [f for f in FABRICS if _fabric(f).config is not config_cls
-                 and name in {x.name for x in dataclasses.fields(_fabric(f).config)}]
-    if elsewhere:
-        return UsageError(f"{message} ({name} is a field of {' and '.join(elsewhere)})")
-    close = difflib.get_close_matches(name, fields, n=1)
-    if close:
-        return UsageError(f"{message} (did you mean {close[0]}?)")
-    return UsageError(message)
+    own = [f for f in FABRICS if _fabric(f).config is config_cls]
+    return UsageError(f"{option} field must be one of {', '.join(fields)}, not {name!r}"
+                      + _field_hint(name, own))
 
 
 def parse_overrides(config_cls, items):
@@ -411,9 +423,10 @@ def _split_sets(fabrics, items):
         return {fabrics[0]: list(items)}
     fields = {f: {x.name for x in dataclasses.fields(_fabric(f).config)} for f in fabrics}
     for item in items:
-        if not any(item.partition("=")[0] in names for names in fields.values()):
+        name = item.partition("=")[0]
+        if not any(name in names for names in fields.values()):
             raise UsageError(f"--set field must be a field of {', '.join(fabrics)}, "
-                             f"not {item.partition('=')[0]!r}")
+                             f"not {name!r}" + _field_hint(name, fabrics))
     return {f: [item for item in items if item.partition("=")[0] in fields[f]]
             for f in fabrics}
 

@@ -59,8 +59,9 @@ class Trial:
         ``plan(runs)``: the testbench plan for these runs (or others of the
         same fabric and configuration).
     transfers : callable
-        ``transfers(run, result)``: the transfers a simulated run made (by
-        default ``run["transfers"]``, what the run was drawn to send).
+        ``transfers(run, result)``: the transfers of a run that passed its
+        check (by default ``run["transfers"]``, what the run was drawn to
+        send, which it then did).
     """
 
     fabric: str
@@ -315,11 +316,11 @@ def run_seeds(fabric, seeds, *, sim="verilator", small=None, build_root=Path("bu
         seed, the run's traffic and the command that re-runs that seed (the
         same traffic, in a simulation of its own); runs the simulation did
         not reach, because an earlier run ended stuck or broke the credit
-        protocol (``overflow``), are failures too.  ``transfers`` counts the
-        simulated runs' DSM payloads, PCIe TLPs the GPUs sent (writes, read
-        requests and completions, from their links' counters) and ET-SoC-1
-        messages and credits; ``checked_bytes`` the bytes of the runs that
-        passed their check.
+        protocol (``overflow``), are failures too.  ``transfers`` and
+        ``checked_bytes`` count the runs that passed their check: DSM
+        payloads, PCIe TLPs the GPUs sent (writes, read requests and
+        completions, from their links' counters) and ET-SoC-1 messages and
+        credits, and the bytes checked at their destinations.
 
     Raises
     ------
@@ -348,8 +349,9 @@ def run_seeds(fabric, seeds, *, sim="verilator", small=None, build_root=Path("bu
                      f"{fabric} --seed {t.seed} --sim {sim}{' --small' if small else ''}")
             result = next(results, None)
             if result is None:
-                failures.append(f"{run['label']}: not simulated, the simulation stopped "
-                                f"after {last}" + rerun)
+                stopped = f"stopped after {last}" if last else "returned no runs"
+                failures.append(f"{run['label']}: not simulated, the simulation {stopped}"
+                                + rerun)
                 continue
             last = run["label"]
             try:
@@ -358,7 +360,7 @@ def run_seeds(fabric, seeds, *, sim="verilator", small=None, build_root=Path("bu
                 failures.append(f"{error}" + rerun)
             else:
                 checked_bytes += run["checked_bytes"]
-            transfers += t.transfers(run, result)
+                transfers += t.transfers(run, result)
     return {"fabric": fabric, "simulator": sim, "seeds": seeds, "runs": len(runs),
             "transfers": transfers, "checked_bytes": checked_bytes, "failures": failures}
 

@@ -684,7 +684,7 @@ def _fmt_rmse(rmse_pct: float, points: int) -> str:
 def _fmt_error(value: float | None) -> str:
     if value is None:
         return "—"
-    if value == 0:
+    if abs(value) < 1e-9:
         return "0"
     if abs(value) >= 100:
         return f"{value:+.0f}"
@@ -1436,6 +1436,7 @@ def print_summary(results_dir: Path, *, console: Console | None = None) -> bool:
         )
     console.print(_rows_text([row for r in results for row in r.rows]) + " rows met")
     if missed:
-        console.print("A missed row is a gap between the model and the seed, not a failed "
-                      "run: the experiment's notes in the report say what is known of it.")
+        console.print("A missed row is a target the model does not meet, not a failed run "
+                      "(every run finished and its data checked out): the experiment's "
+                      "notes in the report say what is known of it.")
     return not missed

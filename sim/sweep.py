@@ -285,8 +285,9 @@ def sweep_table(points, outcomes):
     """Rows of the sweep table: one per point and result row, in point order:
     ``{"point": {field: value}, "quantity", "model", "reference", "unit",
     "error_pct", "met"}`` (``reference`` the seed's value, ``None`` when the
-    row has none); a failed point gives one row with ``"error"`` (what
-    failed) instead.
+    row has none; where the seed gives a range, ``reference_range`` as well,
+    ``reference`` its midpoint and ``error_pct`` None); a failed point gives
+    one row with ``"error"`` (what failed) instead.
 
     Raises
     ------
@@ -301,9 +302,13 @@ def sweep_table(points, outcomes):
             table.append({"point": point, "error": error})
             continue
         for row in data["rows"]:
-            table.append({"point": point, "quantity": row["quantity"], "model": row["model"],
-                          "reference": row.get("reference"), "unit": row.get("unit", ""),
-                          "error_pct": row.get("error_pct"), "met": row_met(row)})
+            entry = {"point": point, "quantity": row["quantity"], "model": row["model"],
+                     "reference": row.get("reference"), "unit": row.get("unit", ""),
+                     "error_pct": row.get("error_pct"), "met": row_met(row)}
+            if row.get("reference_range") is not None:
+                # the seed gives a range: no error % against its midpoint
+                entry.update(reference_range=row["reference_range"], error_pct=None)
+            table.append(entry)
     return table
 
 
@@ -417,10 +422,12 @@ def write_sweep(results_dir, fabric, name, grid, items, sim, engine, table, metr
     writer.writerow(fields + ["quantity", "model", "seed", "unit", "error_pct", "met",
                               "failure", "status"])
     for r in table:
-        writer.writerow([r["point"][f] for f in fields]
-                        + ["" if r.get(k) is None else r[k]
-                           for k in ("quantity", "model", "reference", "unit", "error_pct",
-                                     "met", "error", "status")])
+        cells = ["" if r.get(k) is None else r[k]
+                 for k in ("quantity", "model", "reference", "unit", "error_pct", "met",
+                           "error", "status")]
+        if r.get("reference_range") is not None:
+            cells[2] = "{}-{}".format(*r["reference_range"])
+        writer.writerow([r["point"][f] for f in fields] + cells)
     write_atomically(csv_path, text.getvalue())
     if chosen:
         fig, ax = plt.subplots(figsize=(6.4, 4.0))
@@ -434,17 +441,20 @@ def write_sweep(results_dir, fabric, name, grid, items, sim, engine, table, metr
                 pts = sorted((float(x), y) for x, y in pts)
             ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=key)
         # the seed measured one configuration, the chip's; drawn when every
-        # point's row gives the same one
-        seeds = {r.get("reference") for r in chosen}
-        seed = next(iter(seeds)) if len(seeds) == 1 else None
-        if seed is not None:
+        # point's row gives the same one (a band where the seed gives a range)
+        seeds = {(r.get("reference"), tuple(r.get("reference_range") or ())) for r in chosen}
+        seed, band = next(iter(seeds)) if len(seeds) == 1 else (None, ())
+        if band:
+            ax.axhspan(*band, color="0.3", alpha=0.15,
+                       label="seed's range (measured on the chip as it is)")
+        elif seed is not None:
             ax.axhline(seed, color="0.3", linestyle="--", linewidth=1,
                        label="seed (measured on the chip as it is)")
         ax.set_xlabel(x_field)
         ax.set_ylabel(f"{chosen[0]['unit']}".strip() or "model")
         title = chosen[0]["quantity"]
         ax.set_title(title if len(title) < 70 else title[:67] + "...", fontsize=9)
-        if len(lines) > 1 or others or seed is not None:
+        if len(lines) > 1 or others or seed is not None or band:
             ax.legend(fontsize=7)
         ax.grid(True, alpha=0.3)
         fig.tight_layout()

@@ -101,6 +101,7 @@ def test_an_unknown_field_is_pointed_to_its_fabric_or_the_closest_field():
     """A field of another fabric says which; a misspelt one names the closest
     field; either way the message lists the fabric's fields first."""
     from hdl.pcie.config import PcieConfig
+    from sim.cli import _split_sets
     from sim.sweep import parse_grid
 
     for items, hint in ((["lanes=8"], " (lanes is a field of pcie)"),
@@ -113,6 +114,12 @@ def test_an_unknown_field_is_pointed_to_its_fabric_or_the_closest_field():
         assert str(info.value).endswith(f", not {name!r}{hint}")
     with pytest.raises(UsageError, match=r", not 'lane' \(did you mean lanes\?\)$"):
         parse_grid(PcieConfig, ["lane=8,16"])
+    # misspelt, and of another fabric; and with several fabrics
+    with pytest.raises(UsageError, match=r"\(did you mean shaper_flits, a field of dsm\?\)$"):
+        parse_overrides(PcieConfig, ["shaper_flit=3"])
+    with pytest.raises(UsageError, match=r"^--set field must be a field of dsm, mesh, not "
+                                         r"'lanes' \(lanes is a field of pcie\)$"):
+        _split_sets(["dsm", "mesh"], ["lanes=8"])
 
 
 def test_names_resolve_and_unknown_names_fail():

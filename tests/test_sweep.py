@@ -161,6 +161,31 @@ def test_a_failed_point_is_listed_with_its_error(tmp_path):
     assert not (tmp_path / "sweep" / "pcie.peer_copy.png").exists()
 
 
+def test_a_seed_range_is_a_range_in_the_table_and_a_band_in_the_plot(tmp_path, monkeypatch):
+    """A row whose seed gives a range: the CSV's seed is low-high with no error
+    %, and the plot shades the range rather than drawing its midpoint."""
+    import matplotlib.axes
+
+    rows = [{"quantity": "to shire s + 1", "model": m, "reference": 3.9, "error_pct": e,
+             "reference_range": [2.8, 5.0], "unit": "GB/s", "minimum": 2.8, "maximum": 5.0}
+            for m, e in ((2.4, -38.0), (3.1, -20.5))]
+    points = [({"mesh_window_flits": "51"}, None), ({"mesh_window_flits": "64"}, None)]
+    table = sweep.sweep_table(points, [({"rows": [r]}, None) for r in rows])
+    assert [r["error_pct"] for r in table] == [None, None]
+    assert [r["met"] for r in table] == [False, True]
+    spans, lines = [], []
+    monkeypatch.setattr(matplotlib.axes.Axes, "axhspan",
+                        lambda self, lo, hi, **kw: spans.append((lo, hi)))
+    monkeypatch.setattr(matplotlib.axes.Axes, "axhline",
+                        lambda self, y, **kw: lines.append(y))
+    sweep.write_sweep(tmp_path, "mesh", "ring_bandwidth", [("mesh_window_flits", ["51", "64"])],
+                      [], "verilator", "local", table)
+    assert spans == [(2.8, 5.0)] and lines == []
+    with open(tmp_path / "sweep" / "mesh.ring_bandwidth.csv", newline="") as f:
+        got = [(r["seed"], r["error_pct"]) for r in csv.DictReader(f)]
+    assert got == [("2.8-5.0", ""), ("2.8-5.0", "")]
+
+
 def _sweep(tmp_path, engine, grid=("lanes=8,16",), scheduler=None):
     results = tmp_path / engine
     argv = ["--results", str(results), "--build", str(BUILD), "sweep", "pcie.peer_copy",
