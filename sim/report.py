@@ -633,12 +633,17 @@ def load_results(results_dir: Path) -> list[ExperimentResult]:
 # Formatting
 
 
+#: A value nearer zero than this is rounding noise (a perfect fit's RMSE,
+#: 1e-14) and prints as 0.
+_ZERO = 1e-9
+
+
 def _fmt_number(value: float | None) -> str:
     """Four significant figures, but never scientific notation for cycle counts;
     a value within rounding noise of zero (a perfect fit's RMSE, 1e-14) is 0."""
     if value is None:
         return "—"
-    if abs(value) < 1e-9:
+    if abs(value) < _ZERO:
         return "0"
     magnitude = abs(value)
     if magnitude >= 10_000:
@@ -684,7 +689,7 @@ def _fmt_rmse(rmse_pct: float, points: int) -> str:
 def _fmt_error(value: float | None) -> str:
     if value is None:
         return "—"
-    if abs(value) < 1e-9:
+    if abs(value) < _ZERO:
         return "0"
     if abs(value) >= 100:
         return f"{value:+.0f}"

@@ -16,7 +16,7 @@ from cocotb.clock import Clock
 from cocotb.handle import Immediate
 from cocotb.triggers import First, ReadOnly, RisingEdge, Timer
 
-__all__ = ["load_plan", "write_result", "counter_deltas", "RegisterTB"]
+__all__ = ["load_plan", "write_result", "counter_deltas", "spoils_later_runs", "RegisterTB"]
 
 CLOCK_PERIOD_NS = 2
 
@@ -50,6 +50,14 @@ def write_result(result):
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(result, indent=1))
     os.replace(tmp, path)
+
+
+def spoils_later_runs(ended, counters):
+    """Whether a run leaves the fabric unfit for the plan's later runs: it did
+    not end ``"done"`` (stuck, or out of time), or it set the sticky
+    ``overflow`` flag (a credit protocol broken), which every later run would
+    report again.  The testbenches stop after such a run."""
+    return ended != "done" or bool(counters["overflow"])
 
 
 def counter_deltas(before, after, cumulative):

@@ -9,7 +9,8 @@ or with the sticky ``overflow`` flag set.
 
 import cocotb
 
-from testbenches.common import RegisterTB, counter_deltas, load_plan, write_result
+from testbenches.common import (RegisterTB, counter_deltas, load_plan, spoils_later_runs,
+                                 write_result)
 
 #: Counters that only grow; a run reports their increase over the run.
 _CUMULATIVE = (".flits", ".stalls", "inj_flits", "inj_stalls")
@@ -45,8 +46,6 @@ async def run_plan(dut):
         results.append(entry)
         dut._log.info("run %d/%d %s: %s after %d cycles", index + 1, len(plan["runs"]),
                       run["label"], entry["ended"], after["cycles"])
-        # a stuck fabric, or one whose credits broke (a sticky flag), would
-        # spoil every later run
-        if ended != "done" or entry["counters"]["overflow"]:
+        if spoils_later_runs(ended, entry["counters"]):
             break
     write_result({"runs": results})

@@ -16,7 +16,7 @@ flag set.
 
 import cocotb
 
-from testbenches.common import RegisterTB, load_plan, write_result
+from testbenches.common import RegisterTB, load_plan, spoils_later_runs, write_result
 
 MINION_PERIOD_PS = 1667
 MESH_PERIOD_PS = 2500
@@ -54,8 +54,6 @@ async def run_plan(dut):
         dut._log.info("run %d/%d %s: %s%s after %d cycles", index + 1, len(plan["runs"]),
                       run["label"], entry["ended"], ", overflow" if overflow else "",
                       entry["counters"]["cycles"])
-        # a stuck network, or one whose credits broke (a sticky flag), would
-        # spoil every later run
-        if ended != "done" or overflow:
+        if spoils_later_runs(ended, entry["counters"]):
             break
     write_result({"runs": results})

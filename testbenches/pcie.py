@@ -9,7 +9,8 @@ ends stuck or with the sticky ``overflow`` flag set.
 
 import cocotb
 
-from testbenches.common import RegisterTB, counter_deltas, load_plan, write_result
+from testbenches.common import (RegisterTB, counter_deltas, load_plan, spoils_later_runs,
+                                 write_result)
 
 #: Counters that only grow; a run reports their increase over the run.
 _CUMULATIVE = (".tlps", ".payload_bytes", ".lane_bytes", ".wire_bytes", ".dllp_beats",
@@ -33,8 +34,6 @@ async def run_plan(dut):
                         "counters": counter_deltas(before, after, _CUMULATIVE)})
         dut._log.info("run %d/%d %s: %s after %d cycles", index + 1, len(plan["runs"]),
                       run["label"], results[-1]["ended"], after["cycles"])
-        # a stuck fabric, or one whose credits broke (a sticky flag), would
-        # spoil every later run
-        if ended != "done" or after["overflow"]:
+        if spoils_later_runs(ended, after):
             break
     write_result({"runs": results})

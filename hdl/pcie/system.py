@@ -105,8 +105,9 @@ def counter_names(cfg):
     ``lane_bytes`` (the link's capacity), ``wire_bytes`` (what the beats
     sent took of it), ``dllp_beats``.  Per socket-link direction
     (``socket<a><b>``): ``busy`` cycles and ``read_wait`` (cycles a
-    peer-to-peer read waited for tracker room); ``socket.read_peak``: the most peer-to-peer read bytes a root
-    complex's trackers held (see :class:`~hdl.pcie.switch.SocketReadTracker`).
+    peer-to-peer read waited for tracker room); ``socket.read_peak``: the
+    most peer-to-peer read bytes a root complex's trackers held (see
+    :class:`~hdl.pcie.switch.SocketReadTracker`).
     Per host memory (``host<k>``): payload bytes written in
     (``rx_bytes``) and read out (``tx_bytes``), ``errors``.  Per root port
     (``sw<s>.host_busy``): cycles it owed host-memory time.  Per switch
