@@ -20,12 +20,14 @@ synthesises blocks and small fabric tops for an FPGA (see :mod:`sim.synth`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
 import re
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -34,7 +36,8 @@ from sim.experiments import SetByExperiment
 __all__ = ["FieldSetByExperiment", "Job", "OneLineParser", "UsageError", "execute_job",
            "execute_or_error", "folder_option", "generate", "job_run_folders", "job_verilog",
            "jobs_option", "longest_first", "main", "parse_overrides", "plan_job", "pool",
-           "resolve_names", "runs_logged", "unknown_field", "write_json_atomically"]
+           "progress_shown", "resolve_names", "runs_logged", "unknown_field",
+           "waited_text", "write_json_atomically"]
 
 FABRICS = ("dsm", "mesh", "pcie")
 
@@ -609,9 +612,53 @@ def pool(jobs):
         max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
 
 
-#: Seconds between progress lines of ``run`` when its output is not a terminal
-#: (a terminal gets a live status line instead).
+#: Seconds between progress lines of ``run``, ``sweep`` and ``synth`` when
+#: their output is not a terminal (a terminal gets a live status line instead).
 PIPED_PROGRESS_SECONDS = 60
+
+#: Seconds between updates of the live status line.
+STATUS_SECONDS = 2
+
+
+def waited_text(since):
+    """How long ago the ``time.monotonic()`` value ``since`` was, to the
+    second: ``"45 s"``, ``"2 min 5 s"``."""
+    minutes, seconds = divmod(round(time.monotonic() - since), 60)
+    return f"{minutes} min {seconds} s" if minutes else f"{seconds} s"
+
+
+@contextlib.contextmanager
+def progress_shown(console, describe):
+    """Show the text ``describe()`` returns while the ``with`` block runs: as a
+    live status line on a terminal, redrawn every :data:`STATUS_SECONDS`, and,
+    when ``console`` writes to a pipe (a CI log, ``make report > log``), which
+    shows no status line unless ``FORCE_COLOR`` makes rich draw it there, as a
+    log line every :data:`PIPED_PROGRESS_SECONDS` as well.  ``describe`` is
+    called from a thread of its own, so it may only read what the block
+    changes (counters, sets it rebinds).  Yields a function that redraws the
+    status line at once (after a unit of work ends)."""
+    tty = getattr(console.file, "isatty", lambda: False)()
+    stop = threading.Event()
+    with console.status(describe()) as status:
+        def redraw():
+            status.update(describe())
+
+        def keep_showing():
+            last_logged = time.monotonic()
+            while not stop.wait(STATUS_SECONDS):
+                redraw()
+                if not tty and time.monotonic() - last_logged >= PIPED_PROGRESS_SECONDS:
+                    console.log(describe())
+                    last_logged = time.monotonic()
+
+        shower = threading.Thread(target=keep_showing, daemon=True)
+        shower.start()
+        try:
+            yield redraw
+        finally:
+            stop.set()
+            shower.join()
+
 
 #: Seconds each experiment last took to simulate, under ``<build>/runs/<sim>/``.
 DURATIONS_NAME = "seconds.json"
@@ -756,19 +803,11 @@ def _cmd_run(args):
                         f"{min(args.jobs, len(jobs))} at a time)"
                         + ("; " + ", ".join(running) if running else ""))
 
-            # Piped output (a CI log, make report > log) gets no live status line,
-            # so the progress goes out as a log line once a minute (as well as the
-            # status line, when FORCE_COLOR makes rich draw that into the pipe).
-            tty = getattr(console.file, "isatty", lambda: False)()
-            last_logged = time.time()
-            with console.status(progress()) as status:
+            with progress_shown(console, progress) as redraw:
                 while pending:
                     finished, pending = concurrent.futures.wait(
-                        pending, timeout=2, return_when=concurrent.futures.FIRST_COMPLETED)
-                    status.update(progress())
-                    if not tty and time.time() - last_logged >= PIPED_PROGRESS_SECONDS:
-                        console.log(progress())
-                        last_logged = time.time()
+                        pending, return_when=concurrent.futures.FIRST_COMPLETED)
+                    redraw()
                     for future in finished:
                         job = futures[future]
                         data, n_runs, seconds, reused, error = future.result()
@@ -820,9 +859,6 @@ def _cmd_sweep(args):
     results_dir = Path(args.results)
     run_root = Path(args.build) / "runs" / args.sim / "sweep" / f"{fabric}.{name}"
 
-    def progress(done, total, point, error):
-        console.log(sweep.progress_line(done, total, f"{fabric}.{name}", point, error))
-
     def check(data):
         # on the grid's first point, so that a mistyped --metric costs a point
         # or two, not the sweep
@@ -836,9 +872,10 @@ def _cmd_sweep(args):
                     f"{args.engine}"
                     + (f" ({escape(args.scheduler)})" if args.scheduler
                        else f", {args.jobs} at a time"))
-        outcomes = sweep.run_sweep(points, args.sim, args.build, run_root, engine=args.engine,
-                                   jobs=args.jobs, scheduler=args.scheduler, progress=progress,
-                                   check=check)
+        with sweep.points_shown(console, f"{fabric}.{name}", len(points)) as progress:
+            outcomes = sweep.run_sweep(points, args.sim, args.build, run_root,
+                                       engine=args.engine, jobs=args.jobs,
+                                       scheduler=args.scheduler, progress=progress, check=check)
     table = sweep.sweep_table(points, outcomes)
     path = sweep.write_sweep(results_dir, fabric, name, grid, args.set, args.sim, args.engine,
                              table, args.metric)

@@ -894,7 +894,8 @@ def main(argv=None):
     from rich.markup import escape
     from rich.table import Table
 
-    from sim.cli import OneLineParser, _writable_folders, folder_option, jobs_option
+    from sim.cli import (OneLineParser, _writable_folders, folder_option, jobs_option,
+                         progress_shown, waited_text)
 
     parser = OneLineParser(prog="python -m sim.prove", description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", metavar="NAME", help="proofs to run (default: all)")
@@ -918,12 +919,22 @@ def main(argv=None):
     except ValueError as error:
         return parser.refuse(error)
     names = list(dict.fromkeys(args.names)) or list(PROOFS)
-    console = Console()
-    with console.status(f"{len(names)} proofs, {args.jobs} at a time"):
+    console = Console(log_path=False)
+    ended = []
+    started = time.monotonic()
+
+    def prove_one(name):
+        result = prove(name, workdir=Path(args.build) / "proofs" / name, cache=not args.fresh)
+        ended.append(name)
+        return result
+
+    def waiting():
+        return (f"{len(ended)}/{len(names)} proofs done after {waited_text(started)}, "
+                f"{args.jobs} at a time")
+
+    with progress_shown(console, waiting):
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            results = list(pool.map(
-                lambda name: prove(name, workdir=Path(args.build) / "proofs" / name,
-                                   cache=not args.fresh), names))
+            results = list(pool.map(prove_one, names))
     table = Table(title="bounded proofs (Yosys sat, cycles from reset)")
     table.add_column("proof", no_wrap=True)
     table.add_column("depth", justify="right")

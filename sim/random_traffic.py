@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -438,18 +439,27 @@ def main(argv=None):
 
 def _run_and_write(args):
     import sys
+
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
+    from sim.cli import progress_shown, waited_text
+
     seeds = args.seed or list(range(1, args.seeds + 1))
-    console = Console()
+    console = Console(log_path=False)
     fabrics = list(dict.fromkeys(args.fabrics or FABRICS))
     options = dict(sim=args.sim, small=args.small, build_root=Path(args.build), cache=True,
                    fresh=args.fresh)
     jobs = min(args.jobs, len(fabrics))
-    with console.status(f"random traffic from {len(seeds)} seeds under {args.sim} on "
-                        f"{', '.join(fabrics)}, {jobs} at a time"):
+    started = time.monotonic()
+
+    def waiting():
+        return (f"random traffic from {len(seeds)} seed{'s' * (len(seeds) != 1)} under "
+                f"{args.sim} on {', '.join(fabrics)}, {jobs} at a time, for "
+                f"{waited_text(started)}")
+
+    with progress_shown(console, waiting):
         if jobs == 1:
             rows = [run_seeds(fabric, seeds, **options) for fabric in fabrics]
         else:

@@ -35,10 +35,12 @@ import itertools
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 __all__ = ["check_outputs", "grid_points", "map_tasks", "metric_rows", "outputs_checked",
-           "parse_grid", "plan_sweep", "progress_line", "run_sweep", "sweep_table", "write_sweep"]
+           "parse_grid", "plan_sweep", "points_shown", "progress_line", "run_sweep",
+           "sweep_table", "write_sweep"]
 
 ENGINES = ("local", "dask")
 
@@ -322,6 +324,29 @@ def progress_line(done, total, label, point, error):
     where = ", ".join(f"{k}={v}" for k, v in point.items())
     status = f"[red]failed:[/red] {escape(str(error))}" if error else "done"
     return f"[{done}/{total}] {label} {escape(where)}: {status}"
+
+
+@contextlib.contextmanager
+def points_shown(console, label, total):
+    """Show how many of a sweep's ``total`` points are done, and for how long
+    it has run, while the ``with`` block runs (:func:`sim.cli.progress_shown`:
+    a point of a new configuration is silent for minutes while it is
+    generated and built).  Yields ``progress(done, total, point, error)``,
+    which logs :func:`progress_line` for each point that ends."""
+    from sim.cli import progress_shown, waited_text
+
+    finished = [0]
+    started = time.monotonic()
+
+    def progress(done, total, point, error):
+        finished[0] = done
+        console.log(progress_line(done, total, label, point, error))
+
+    def waiting():
+        return f"{label}: {finished[0]}/{total} points done after {waited_text(started)}"
+
+    with progress_shown(console, waiting):
+        yield progress
 
 
 def metric_rows(table, metric):

@@ -982,7 +982,7 @@ def main(args):
     from rich.table import Table
 
     from sim.cli import (DURATIONS_NAME, UsageError, _read_durations, _writable_folders, pool,
-                         write_json_atomically)
+                         progress_shown, waited_text, write_json_atomically)
     from sim.report import _count_text
 
     console = Console(stderr=True, log_path=False)
@@ -1006,7 +1006,16 @@ def main(args):
     durations_path = build / "synth" / DURATIONS_NAME
     durations = _read_durations(durations_path)
     first = start_order(tasks, durations)
-    with pool(args.jobs) as workers:
+    started = time.monotonic()
+
+    def waiting():
+        # the pool takes the units in submission order: the first --jobs
+        # unfinished ones are running
+        running = [unit_name(tasks[i]) for i in first if rows[i] is None][:args.jobs]
+        return (f"{len(tasks) - sum(r is None for r in rows)}/{len(tasks)} block/device pairs "
+                f"done after {waited_text(started)}; running: {', '.join(running)}")
+
+    with pool(args.jobs) as workers, progress_shown(console, waiting):
         futures = {workers.submit(synthesise_or_error, *tasks[i], str(build), args.freq,
                                   args.timeout): i
                    for i in first}
@@ -1091,15 +1100,15 @@ def sweep(args):
     console = Console(stderr=True, log_path=False)
     device = block.devices[0]
 
-    def progress(done, total, i, error):
-        console.log(sweeps.progress_line(done, total, f"synth.{name}", points[i][0], error))
-
     with sweeps.outputs_checked(Path(args.results), f"synth.{name}", args.build):
         console.log(f"synth.{name}: {len(points)} points on {device}, {args.engine}")
-        outcomes = sweeps.map_tasks(
-            synthesise_or_error,
-            [(name, device, items, str(Path(args.build).resolve())) for _, items in points],
-            args.engine, args.jobs, args.scheduler, progress=progress, outcome=_sweep_outcome)
+        with sweeps.points_shown(console, f"synth.{name}", len(points)) as progress:
+            outcomes = sweeps.map_tasks(
+                synthesise_or_error,
+                [(name, device, items, str(Path(args.build).resolve())) for _, items in points],
+                args.engine, args.jobs, args.scheduler,
+                progress=lambda done, total, i, error: progress(done, total, points[i][0], error),
+                outcome=_sweep_outcome)
     table = []
     for (point, _), (row, error) in zip(points, outcomes):
         if error is not None:
