@@ -612,8 +612,9 @@ def pool(jobs):
         max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
 
 
-#: Seconds between progress lines of ``run``, ``sweep`` and ``synth`` when
-#: their output is not a terminal (a terminal gets a live status line instead).
+#: Seconds between the progress lines of a long command (``run``, ``sweep``,
+#: ``synth``, ``sim.prove``, ``sim.random_traffic``) when its output is not a
+#: terminal (a terminal gets a live status line instead).
 PIPED_PROGRESS_SECONDS = 60
 
 #: Seconds between updates of the live status line.
@@ -636,19 +637,40 @@ def progress_shown(console, describe):
     log line every :data:`PIPED_PROGRESS_SECONDS` as well.  ``describe`` is
     called from a thread of its own, so it may only read what the block
     changes (counters, sets it rebinds).  Yields a function that redraws the
-    status line at once (after a unit of work ends)."""
+    status line at once (after a unit of work ends).
+
+    Raises
+    ------
+    Exception
+        Whatever the first ``describe()`` raises, before the block runs.  A
+        later failure of ``describe`` is logged once and leaves the line as it
+        was: the work goes on without it.
+    """
     tty = getattr(console.file, "isatty", lambda: False)()
     stop = threading.Event()
+    drawing = threading.Lock()
+    failed = []
     with console.status(describe()) as status:
         def redraw():
-            status.update(describe())
+            with drawing:
+                if failed:
+                    return None
+                try:
+                    text = describe()
+                except Exception as error:   # noqa: BLE001 - the display only
+                    failed.append(error)
+                    console.log(f"progress line stopped: {type(error).__name__}: {error}",
+                                markup=False)
+                    return None
+                status.update(text)
+                return text
 
         def keep_showing():
             last_logged = time.monotonic()
             while not stop.wait(STATUS_SECONDS):
-                redraw()
-                if not tty and time.monotonic() - last_logged >= PIPED_PROGRESS_SECONDS:
-                    console.log(describe())
+                text = redraw()
+                if text and not tty and time.monotonic() - last_logged >= PIPED_PROGRESS_SECONDS:
+                    console.log(text)
                     last_logged = time.monotonic()
 
         shower = threading.Thread(target=keep_showing, daemon=True)

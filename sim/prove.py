@@ -919,7 +919,7 @@ def main(argv=None):
     except ValueError as error:
         return parser.refuse(error)
     names = list(dict.fromkeys(args.names)) or list(PROOFS)
-    console = Console(log_path=False)
+    console = Console()
     ended = []
     started = time.monotonic()
 
@@ -932,7 +932,8 @@ def main(argv=None):
         return (f"{len(ended)}/{len(names)} proofs done after {waited_text(started)}, "
                 f"{args.jobs} at a time")
 
-    with progress_shown(console, waiting):
+    # on stderr, apart from the table
+    with progress_shown(Console(stderr=True, log_path=False), waiting):
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
             results = list(pool.map(prove_one, names))
     table = Table(title="bounded proofs (Yosys sat, cycles from reset)")

@@ -447,7 +447,7 @@ def _run_and_write(args):
     from sim.cli import progress_shown, waited_text
 
     seeds = args.seed or list(range(1, args.seeds + 1))
-    console = Console(log_path=False)
+    console = Console()
     fabrics = list(dict.fromkeys(args.fabrics or FABRICS))
     options = dict(sim=args.sim, small=args.small, build_root=Path(args.build), cache=True,
                    fresh=args.fresh)
@@ -459,7 +459,8 @@ def _run_and_write(args):
                 f"{args.sim} on {', '.join(fabrics)}, {jobs} at a time, for "
                 f"{waited_text(started)}")
 
-    with progress_shown(console, waiting):
+    # on stderr, apart from the table
+    with progress_shown(Console(stderr=True, log_path=False), waiting):
         if jobs == 1:
             rows = [run_seeds(fabric, seeds, **options) for fabric in fabrics]
         else:

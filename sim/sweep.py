@@ -331,8 +331,10 @@ def points_shown(console, label, total):
     """Show how many of a sweep's ``total`` points are done, and for how long
     it has run, while the ``with`` block runs (:func:`sim.cli.progress_shown`:
     a point of a new configuration is silent for minutes while it is
-    generated and built).  Yields ``progress(done, total, point, error)``,
-    which logs :func:`progress_line` for each point that ends."""
+    generated and built), on the rich ``console``, each line starting with
+    ``label`` (``dsm.one_way``, ``synth.gx_plane``).  Yields
+    ``progress(done, total, point, error)``, which logs :func:`progress_line`
+    for each point that ends."""
     from sim.cli import progress_shown, waited_text
 
     finished = [0]

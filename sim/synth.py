@@ -1013,7 +1013,8 @@ def main(args):
         # unfinished ones are running
         running = [unit_name(tasks[i]) for i in first if rows[i] is None][:args.jobs]
         return (f"{len(tasks) - sum(r is None for r in rows)}/{len(tasks)} block/device pairs "
-                f"done after {waited_text(started)}; running: {', '.join(running)}")
+                f"done after {waited_text(started)}"
+                + (f"; running: {', '.join(running)}" if running else ""))
 
     with pool(args.jobs) as workers, progress_shown(console, waiting):
         futures = {workers.submit(synthesise_or_error, *tasks[i], str(build), args.freq,

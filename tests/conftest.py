@@ -1,4 +1,4 @@
-"""Command-line options of the test suite."""
+"""Command-line options and shared fixtures of the test suite."""
 
 import pytest
 
@@ -33,3 +33,38 @@ LONGEST_FIRST = ("test_mesh.py", "test_dsm.py", "test_random.py", "test_pcie.py"
 def pytest_collection_modifyitems(session, config, items):
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))   # stable
+
+
+@pytest.fixture
+def progress_lines(monkeypatch):
+    """Progress lines as a piped log gets them, one every status redraw
+    (``PIPED_PROGRESS_SECONDS`` 0, ``STATUS_SECONDS`` 0.05), with rich drawing
+    no status line into the pipe.  Each line's text calls
+    ``sim.cli.waited_text`` once; the fixture counts those calls and gives
+    them as ``"T s"``.  Returns ``wait_for(n)``, which waits (up to 60 s)
+    until ``n`` texts have been made and returns how many have, so that a
+    test can step its fake work between lines without relying on timing."""
+    import threading
+
+    import sim.cli
+
+    made = []
+    changed = threading.Condition()
+
+    def waited_text(since):
+        with changed:
+            made.append(since)
+            changed.notify_all()
+        return "T s"
+
+    def wait_for(n):
+        with changed:
+            changed.wait_for(lambda: len(made) >= n, timeout=60)
+            return len(made)
+
+    monkeypatch.setattr(sim.cli, "PIPED_PROGRESS_SECONDS", 0)
+    monkeypatch.setattr(sim.cli, "STATUS_SECONDS", 0.05)
+    monkeypatch.setattr(sim.cli, "waited_text", waited_text)
+    for name in ("FORCE_COLOR", "TTY_COMPATIBLE"):     # else rich draws its status line
+        monkeypatch.delenv(name, raising=False)
+    return wait_for

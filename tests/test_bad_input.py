@@ -398,10 +398,11 @@ def test_piped_run_logs_its_progress(tmp_path, capsys, monkeypatch):
     import sim.cli
 
     def execute(job, *args):
-        time.sleep(6)      # three 2-second polls of the progress loop
+        time.sleep(2)      # status redraws every 0.05 s, each a line
         return None, 0, 0, 0, "simulator build failed"
 
     monkeypatch.setattr(sim.cli, "PIPED_PROGRESS_SECONDS", 0)
+    monkeypatch.setattr(sim.cli, "STATUS_SECONDS", 0.05)
     monkeypatch.setattr(sim.cli, "pool", lambda jobs: concurrent.futures.ThreadPoolExecutor(1))
     monkeypatch.setattr(sim.cli, "generate", lambda *args: (tmp_path / "top.v", 0))
     monkeypatch.setattr(sim.cli, "execute_or_error", execute)
@@ -410,6 +411,29 @@ def test_piped_run_logs_its_progress(tmp_path, capsys, monkeypatch):
     status, err = _run(tmp_path, capsys, ["run", "dsm.one_way"])
     assert status == 1
     assert "0/1 experiments done (verilator, " in err
+
+
+def test_a_progress_line_that_fails_is_logged_once_and_the_work_goes_on(capsys, monkeypatch):
+    import time
+
+    from rich.console import Console
+
+    import sim.cli
+
+    made = []
+
+    def describe():
+        made.append(1)
+        if len(made) > 1:
+            raise ValueError("no such counter")
+        return "0/1 done"
+
+    monkeypatch.setattr(sim.cli, "STATUS_SECONDS", 0.01)
+    with sim.cli.progress_shown(Console(stderr=True, log_path=False), describe) as redraw:
+        time.sleep(0.2)
+        assert redraw() is None
+    err = " ".join(capsys.readouterr().err.split())
+    assert err.count("progress line stopped: ValueError: no such counter") == 1
 
 
 @pytest.mark.parametrize("name,items,ranks", [

@@ -249,29 +249,31 @@ def test_a_check_that_refuses_the_first_result_cancels_the_points_not_started():
     assert time.monotonic() - started < 8     # not 20 x 0.5 s on top of the pool's start
 
 
-def test_a_sweep_shows_its_points_while_they_run(tmp_path, capsys, monkeypatch):
+def test_a_sweep_shows_its_points_while_they_run(tmp_path, capsys, monkeypatch,
+                                                  progress_lines):
     """A point that builds a new configuration is silent for minutes; while
     the points run, piped output gets a line with how many are done (every
     PIPED_PROGRESS_SECONDS), and each point's own line as it ends."""
-    import time
-
-    import sim.cli
-
     def run_sweep(points, *args, progress=None, **kwargs):
-        time.sleep(0.6)
+        progress_lines(2)                       # the status, then a line
         progress(1, len(points), points[0][0], "run 1 ended stuck")
-        time.sleep(0.6)
+        progress_lines(progress_lines(0) + 2)   # a line made after the first point
         progress(2, len(points), points[1][0], "run 1 ended stuck")
         return [(None, "run 1 ended stuck")] * len(points)
 
-    monkeypatch.setattr(sim.cli, "PIPED_PROGRESS_SECONDS", 0)
-    monkeypatch.setattr(sim.cli, "STATUS_SECONDS", 0.1)
     monkeypatch.setattr(sweep, "run_sweep", run_sweep)
-    for name in ("FORCE_COLOR", "TTY_COMPATIBLE"):     # else rich draws its status line
-        monkeypatch.delenv(name, raising=False)
     assert main(["--results", str(tmp_path / "r"), "--build", str(tmp_path / "b"), "sweep",
                  "pcie.peer_copy", "--grid", "lanes=8,16"]) == 1
     err = capsys.readouterr().err
-    assert "pcie.peer_copy: 0/2 points done after 0 s" in err
-    assert "pcie.peer_copy: 1/2 points done after 1 s" in err
+    assert "pcie.peer_copy: 0/2 points done after T s" in err
+    assert "pcie.peer_copy: 1/2 points done after T s" in err
     assert "[1/2] pcie.peer_copy lanes=8: failed: run 1 ended stuck" in err
+
+
+def test_waited_text_gives_minutes_and_seconds(monkeypatch):
+    import sim.cli
+
+    monkeypatch.setattr(sim.cli.time, "monotonic", lambda: 1000.0)
+    assert sim.cli.waited_text(1000.0) == "0 s"
+    assert sim.cli.waited_text(955.4) == "45 s"
+    assert sim.cli.waited_text(875.0) == "2 min 5 s"
