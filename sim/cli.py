@@ -223,13 +223,17 @@ def resolve_names(names):
     return list(dict.fromkeys(out))
 
 
-def _field_hint(name, own):
+def _field_hint(name, own, among=None):
     """`` (...)`` after an unknown field ``name``: the other fabrics that have
     it, else the closest field of any fabric (with its fabric when ``own``,
-    the fabrics the field was meant for, lack it), else nothing."""
+    the fabrics the field was meant for, lack it), else nothing.  ``among``
+    (``{fabric: [field, ...]}``) limits the fields named to those (synthesis
+    takes the structural ones only); by default every field of every
+    fabric."""
     import difflib
 
-    names = {f: [x.name for x in dataclasses.fields(_fabric(f).config)] for f in FABRICS}
+    names = among or {f: [x.name for x in dataclasses.fields(_fabric(f).config)]
+                      for f in FABRICS}
     elsewhere = [f for f in FABRICS if f not in own and name in names[f]]
     if elsewhere:
         return f" ({name} is a field of {' and '.join(elsewhere)})"

@@ -1078,7 +1078,7 @@ def sweep(args):
     from rich.table import Table
 
     from sim import sweep as sweeps
-    from sim.cli import UsageError
+    from sim.cli import FABRICS, UsageError, _field_hint
 
     name = args.name.partition(".")[2]
     if name not in BLOCKS:
@@ -1090,12 +1090,16 @@ def sweep(args):
         raise UsageError(f"--metric must start one of {', '.join(quantities)} for "
                          f"{args.name}, not {args.metric!r}")
     structural = _structural_fields(block.fabric)
-    grid = sweeps.parse_grid(_config_class(block.fabric), args.grid)
-    for field in [f for f, _ in grid] + [i.partition("=")[0] for i in args.set]:
+    fields = [f.name for f in dataclasses.fields(_config_class(block.fabric))]
+    for field in [i.partition("=")[0] for i in [*args.grid, *args.set]]:
         if field not in structural:
+            # a name that is no field at all gets the closest structural one
+            hint = "" if field in fields else _field_hint(
+                field, [block.fabric], {f: _structural_fields(f) for f in FABRICS})
             raise UsageError(f"{args.name} takes only structural fields of {block.fabric} "
                              f"(the others change no hardware): one of "
-                             f"{', '.join(structural)}, not {field!r}")
+                             f"{', '.join(structural)}, not {field!r}{hint}")
+    grid = sweeps.parse_grid(_config_class(block.fabric), args.grid)
     points = [(point, tuple(items)) for point, items, _ in
               sweeps.grid_points(grid, args.set, lambda items: block_config(block, items))]
     console = Console(stderr=True, log_path=False)

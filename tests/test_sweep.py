@@ -81,6 +81,10 @@ def test_a_bad_point_names_the_point():
      "one of cpcs,"),
     (["sweep", "synth.pcie_link", "--grid", "datapath_bytes=32", "--set", "lanes=4"],
      "synth.pcie_link takes only structural fields of pcie"),
+    # a misspelt field: the closest structural field, never a run-time one
+    (["sweep", "synth.shaper", "--grid", "link_bufer_flits=4,8"],
+     "not 'link_bufer_flits' (did you mean link_buffer_flits?)\n"),
+    (["sweep", "synth.shaper", "--grid", "shaper_flit=1,2"], "not 'shaper_flit'\n"),
     (["sweep", "synth.shaper", "--grid", "flit_bytes=16,0x10"],
      "sweep points flit_bytes=16 and flit_bytes=0x10 are the same configuration"),
     (["sweep", "synth.shaper", "--grid", "flit_bytes=16,32", "--sim", "icarus"],
