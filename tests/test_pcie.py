@@ -497,13 +497,16 @@ def experiment_result(tmp_path_factory):
 
 
 def _row_ids():
-    """The rows with a seed number (link_faults has none: its own test checks it)."""
+    """The rows with a seed number (link_faults has none: its own test checks
+    it), the RTX 4090 machine's among them."""
     for name, exp in pcie.EXPERIMENTS.items():
         for scenario, entry in pcie.scenarios(exp, CFG).items():
             if all(value is None for value in entry["values"]):
                 continue
             for src, dst in entry["pairs"]:
                 yield name, f"{scenario}: [{src},{dst}]"
+                if pcie.RTX4090_KEY in entry:
+                    yield name, f"{pcie.RTX4090_MACHINE}, {scenario}: [{src},{dst}]"
 
 
 #: Experiments whose runs take minutes (copies of megabytes): under ``make soak``.

@@ -36,6 +36,14 @@ def reference():
     return load_reference("pcie")
 
 
+#: Key of a scenario's sub-table in ``sim/reference/pcie.toml`` holding its
+#: row as measured on the seed's second machine (section 3: eight RTX 4090
+#: without peer access, the same two-socket PCIe 4.0 x16 layout), and the
+#: label its result rows start with.
+RTX4090_KEY = "rtx4090"
+RTX4090_MACHINE = "RTX 4090 machine"
+
+
 @dataclass(frozen=True)
 class Experiment:
     """One experiment: copies over each scenario of the reference table
@@ -355,7 +363,10 @@ def topology(cfg, got):
 
 
 def analyse(cfg, exp, runs, results, simulator):
-    """Check every run, fit every pair's bandwidth and build the result JSON.
+    """Check every run, fit every pair's bandwidth and build the result JSON:
+    one row per pair and seed number, the seed's A800 machine first, then
+    its RTX 4090 machine where the reference table gives that row too
+    (:data:`RTX4090_KEY`).
 
     Raises
     ------
@@ -388,15 +399,21 @@ def analyse(cfg, exp, runs, results, simulator):
             series.append({"name": f"{name} [{src},{dst}]",
                            "points": [{"payload_bytes": p, "cycles": c} for p, c in points],
                            "fit": fit.to_json()})
-            want = entry["values"][k]
-            row = {"quantity": f"{name}: [{src},{dst}] ({where})", "model": gbps,
-                   "reference": want, "unit": entry["unit"], "source": entry["source"]}
-            if want is None:
-                row["target"] = "information"
-            else:
-                row.update(error_pct=error_pct(gbps, want), tolerance_pct=entry["tolerance_pct"],
-                           target=f"within {entry['tolerance_pct']:g} %")
-            rows.append(row)
+            # the seed's row, then the same row on its RTX 4090 machine, if any
+            for machine, seed in (("", entry), (f"{RTX4090_MACHINE}, ",
+                                                 entry.get(RTX4090_KEY))):
+                if seed is None:
+                    continue
+                want = seed["values"][k]
+                row = {"quantity": f"{machine}{name}: [{src},{dst}] ({where})", "model": gbps,
+                       "reference": want, "unit": entry["unit"], "source": seed["source"]}
+                if want is None:
+                    row["target"] = "information"
+                else:
+                    row.update(error_pct=error_pct(gbps, want),
+                               tolerance_pct=seed["tolerance_pct"],
+                               target=f"within {seed['tolerance_pct']:g} %")
+                rows.append(row)
         by_scenario[name] = {"pairs": entry["pairs"], "gb_per_s": got_bw}
     config = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
     notes = list(exp.notes)
@@ -439,7 +456,18 @@ _MECHANISM = (
     "in the seed: it was set on the copy-engine ring row (0 B gives 18.3, 8 B 18.0, 16 B 17.1 "
     "GB/s); the push-kernel ring row, which loses 7.8 % in the model against the seed's "
     "4 %, is its check.",
-    "Not built: the RTX 4090 rows.")
+    "The seed's RTX 4090 machine has no peer access, so it has no rows here.")
+
+#: The note on the RTX 4090 rows of the experiments through host memory.
+_RTX4090 = (
+    "Rows marked RTX 4090 machine stand the same runs against the seed's second "
+    "machine: eight RTX 4090, which have no peer access, on a two-socket Xeon Platinum "
+    "8352S host with the same PCIe 4.0 x16 layout as the A800 machine (the seed's "
+    "section 3). Through host memory the GPUs' copy engines only write and read pinned "
+    "buffers, which the model does not tell apart by GPU, so one model stands for both "
+    "machines. Nothing was calibrated on the second machine (root_host_bytes_per_cycle "
+    "and the pageable chunk were set on the A800 machine's same-socket pairs): its rows "
+    "are predictions.")
 
 _STAGED = (
     "Peer access off: each copy is staged through two pinned buffers of one chunk "
@@ -469,7 +497,8 @@ _STAGED = (
     "In the 8-GPU ring each root port carries eight passes, two for each of its three "
     "same-socket pairs and one for each cross-socket pair's write or read, and the eight "
     "pairs share them evenly: their fits lie within half a percent of each other (the "
-    "table), as the seed's within 4.71 to 4.72 GB/s.")
+    "table), as the seed's within 4.71 to 4.72 GB/s.",
+    _RTX4090)
 
 _PAGEABLE = (
     "Peer access off, plain cudaMemcpyAsync: the seed's timeline shows the copy "
@@ -490,7 +519,8 @@ _PAGEABLE = (
     "is not modelled (the CPU's copies between pageable and pinned memory are not "
     "simulated).",
     "Not modelled: the seed's first consequence, that pageable copies of several pairs "
-    "or iterations never run at once; the seed measures single pairs only.")
+    "or iterations never run at once; the seed measures single pairs only.",
+    _RTX4090)
 
 def _link_faults(cfg):
     """One peer copy from GPU 0 to GPU 1 with GPU 0's link as trained (every
