@@ -133,7 +133,9 @@ KNOWN_GAPS = {
 
 EXPECTED_ROWS = {
     "three_speeds": ["tree edge round trip", "crossbar round trip",
-                     "mesh round trip at 0 hops (fit intercept)", "mesh round trip per hop"],
+                     "mesh round trip at 0 hops (fit intercept)", "mesh round trip per hop"]
+                    + [f"tree edge round trip with receives that {op}, less with copies"
+                       for op in mesh.COMBINING_OPS],
     "round_trip": ["round trip per mesh hop (fit over", "worst residual of the fit",
                    "round trip at 0 hops (fit intercept)",
                    "round trips routed through a non-compute cell"],

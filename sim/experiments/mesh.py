@@ -26,7 +26,7 @@ from sim.fit import error_pct
 __all__ = ["ExperimentError", "EXPERIMENTS", "PingPong", "OneWay", "Cell", "Cells", "Tree",
            "Flows", "CreditPingPong", "Barrier", "Part", "reference", "build_config", "build_parts", "build_runs",
            "build_run", "plan", "analyse", "check_run", "minion_name", "expected_checksums",
-           "pairs_runs", "sample_pairs", "broadcast_writes", "build_notes"]
+           "pairs_runs", "sample_pairs", "broadcast_writes", "build_notes", "COMBINING_OPS"]
 
 FABRIC = "mesh"
 #: Ping-pong exchanges per measured round trip; the round trip is the spacing
@@ -986,6 +986,12 @@ def _need_two_neighbourhoods(cfg):
                              f"paths, not {getattr(cfg, name)}")
 
 
+#: The combining receives three_speeds times against a copy on the tree edge
+#: (seed 002, "What the numbers say", item 4: "Combining in the channel is
+#: free").
+COMBINING_OPS = ("add", "max", "min")
+
+
 def _speeds_runs(cfg):
     _need_two_neighbourhoods(cfg)
     _need_hop_counts(cfg, (hops(cfg.placement[0], cfg.placement[s])
@@ -993,6 +999,11 @@ def _speeds_runs(cfg):
     mpn = cfg.minions_per_neighbourhood
     yield "tree edge: minion 0 - minion 1", PingPong(cfg.minion_id(0, 0),
                                                      cfg.minion_id(0, 1)), {"path": "tree_edge"}
+    # the same exchange with each receive combining into the registers it holds
+    for op in COMBINING_OPS:
+        yield (f"tree edge, receives that {op}: minion 0 - minion 1",
+               PingPong(cfg.minion_id(0, 0), cfg.minion_id(0, 1), op=COMBINE_OPS.index(op)),
+               {"path": f"tree_edge_{op}"})
     yield (f"crossbar: minion 0 - minion {mpn}", PingPong(cfg.minion_id(0, 0),
                                                           cfg.minion_id(0, mpn)),
            {"path": "crossbar"})
@@ -1025,6 +1036,12 @@ def _speeds_rows(cfg, runs, measured):
         _ref_row("mesh round trip at 0 hops (fit intercept)", a, "three_speeds.mesh_base"),
         _ref_row("mesh round trip per hop", b, "three_speeds.mesh_per_hop"),
     ]
+    free = reference()["three_speeds"]["combine"]
+    rows += [{"quantity": f"tree edge round trip with receives that {op}, less with copies",
+              "model": by_path[f"tree_edge_{op}"] - by_path["tree_edge"], "reference": None,
+              "unit": "cycles", "minimum": -1.0, "maximum": 1.0,
+              "target": "within a cycle of a copy's", "source": free["source"]}
+             for op in COMBINING_OPS]
     return series, rows, {}
 
 
@@ -1568,7 +1585,13 @@ EXPERIMENTS = {e.name: e for e in (
                       "engine_recv_cycles, tree_edge_cycles, crossbar_cycles, "
                       "mesh_port_cycles) are configuration fields chosen so these rows come "
                       "out; the per-hop cost comes from the 4-mesh-cycle router hop and the "
-                      "clock ratio alone.")),
+                      "clock ratio alone.",
+                      "The tree-edge exchange runs again with each receive adding, taking "
+                      "the maximum or the minimum into the registers it holds; every "
+                      "combined register is checked. A copy goes through the same "
+                      "read-then-write pipeline as a combine (hdl/etsoc/engine.py), so a "
+                      "combining receive retires when a copy would; a combine that held "
+                      "each flit longer would show here as a longer round trip.")),
     Experiment("message_size", "Message size: one-way streams of 1 to 127 registers",
                _size_runs, _size_rows, REDUCED,
                notes=(_REDUCED_NOTE,
