@@ -698,7 +698,7 @@ TYPICAL_SECONDS = {
     "mesh.ring_bandwidth": 60, "mesh.round_trip": 45, "dsm.plane_off": 35, "dsm.mixed": 27,
     "mesh.non_compute": 22, "dsm.ring": 22, "mesh.layouts": 22, "mesh.message_size": 19,
     "dsm.bidirectional": 17, "dsm.one_way": 14, "mesh.three_speeds": 12, "dsm.topology": 10,
-    "dsm.isolated_pairs": 6, "pcie.kernel_pull": 4, "pcie.kernel_push": 4, "pcie.peer_copy": 4,
+    "dsm.isolated_pairs": 18, "pcie.kernel_pull": 4, "pcie.kernel_push": 4, "pcie.peer_copy": 4,
     "pcie.link_faults": 4, "pcie.pageable_copy": 3, "mesh.barrier": 2,
 }
 

@@ -99,6 +99,30 @@ def test_isolated_pairs_are_within_two_percent(experiment_result):
     assert row["model"] < 2.0
 
 
+def test_address_offset_scan_changes_cycles_no_more_than_the_seed(experiment_result):
+    data = experiment_result("isolated_pairs")
+    runs = [r for r in data["rows"] if r["quantity"].startswith("offset ")]
+    assert len(runs) == len(dsm.ADDRESS_OFFSET_FLITS) == 16
+    row = next(r for r in data["rows"] if r["quantity"].startswith("cycle change over the 16"))
+    assert row["reference"] == 0.39 and row["maximum"] == 0.39
+    assert row_met(row), f"{row['model']:.3f} % against the seed's {row['reference']} %"
+
+
+def test_offset_moves_both_regions_and_every_route(tmp_path):
+    cfg = DsmConfig()
+    plain = dsm.build_run(cfg, [dsm.Stream("tma", 0, 1, 4096)], "plain")
+    moved = dsm.build_run(cfg, [dsm.Stream("tma", 0, 1, 4096, offset_flits=9)], "moved")
+    (src, src_base, dst_base), = moved["checks"]["1"]
+    assert plain["checks"]["1"] == [[0, 0, 0]] and (src, src_base, dst_base) == (0, 9, 9)
+    # one offset at each flit of the hash's period of four 128 B lines
+    line_flits = 128 // cfg.flit_bytes
+    assert sorted(k % (4 * line_flits) for k in dsm.ADDRESS_OFFSET_FLITS) \
+        == list(range(4 * line_flits))
+    assert max(dsm.ADDRESS_OFFSET_FLITS) * cfg.flit_bytes < 4096
+    with pytest.raises(ValueError, match="offset_flits must be a non-negative integer, not -1"):
+        dsm.build_run(cfg, [dsm.Stream("tma", 0, 1, 4096, offset_flits=-1)], "bad")
+
+
 def test_either_plane_off_delivers_every_byte(verilog, tmp_path):
     data = run_experiment(verilog, "plane_off", tmp_path,
                           DsmConfig(payload_kib=(16, 32, 48)))
