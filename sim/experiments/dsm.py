@@ -459,14 +459,15 @@ EXPERIMENTS = {e.name: e for e in (
                       "direction; the seed's 21.38 B/cycle (above the 21.33 shaper rate) shows "
                       "almost no write-command overhead, yet its one-way store (18.87) needs it. "
                       "Measured on variants not kept: 512 B store packets bring the row to 20.7 "
-                      "(within 5 %) but the one-way store to 20.1 (+6.4 %). Holding that store "
-                      "to 18.6 B/cycle with a limit on store issue brings the row back to 20.0: "
-                      "the response VC goes first (vc_response_burst 5, set by B's load), so "
-                      "the load finishes early and the store then runs alone at its one-way "
-                      "rate. Round-robin VCs give 20.7 again but B's load 17.1 (+11 %); "
-                      "bursts of 2 and 3 give 20.3 and 20.1, with B's load at 17.1 and 15.9 "
-                      "(+3.6 %). The seed's rate needs both payloads to share the direction "
-                      "to the end.",)),
+                      "(within 5 %) but A's one-way store to 20.1 (+6.4 %). Holding that "
+                      "512 B-packet store to 18.6 B/cycle one way with a limit on store issue "
+                      "brings the row back to 20.0: the response VC goes first "
+                      "(vc_response_burst 5, set by B's load), so the load finishes early and "
+                      "the store then runs alone at its one-way rate. Round-robin VCs give 20.7 "
+                      "again but B's load 17.1 (+11 %); vc_response_burst 2 and 3 give 20.3 "
+                      "and 20.1, with B's load at 17.1 (+11 %) and 15.9 (+3.6 %). Every "
+                      "variant misses a target of A, B or C: the seed's rate needs both "
+                      "payloads to share the direction to the end.",)),
     Experiment("ring", "D: TMA put ring, 2 to 16 SMs",
                tuple(Series(f"ring{n}", _ring(n), cluster_size=n) for n in (2, 4, 8, 16)),
                _ring_rows,
