@@ -148,7 +148,8 @@ EXPECTED_ROWS = {
                   ((0, "tree edge"), (1, "tree edge"), (2, "tree edge"), (3, "shire crossbar"),
                    (4, "shire crossbar"), (5, "mesh"), (6, "mesh"), (7, "mesh"), (8, "mesh"),
                    (9, "mesh"))]
-                 + ["allreduce over 32 minions (one shire)", "allreduce over 1,024 minions"],
+                 + ["allreduce over 32 minions (one shire)", "allreduce over 1,024 minions",
+                    "allreduce over each shire's 32 minions, all 32 shires at once"],
     "ring_bandwidth": ["inside a shire: message bandwidth per shire"]
                       + [f"to shire s + {k} " for k in mesh.RING_STRIDES]
                       + ["inside a shire against between shires, lowest ratio",
@@ -212,7 +213,7 @@ def test_a_tree_over_every_minion_is_programmed_by_broadcast_writes(verilog, tmp
     dirty = set()
     first = mesh.build_run(CFG, "add", mesh.PingPong(CFG.minion_id(0, 1), CFG.minion_id(31, 3),
                                                      nregs=40, op=1), dirty)
-    (label, tree, meta), = mesh._tree_all_runs(CFG)
+    label, tree, meta = next(mesh._tree_all_runs(CFG))
     assert meta["minions"] == 128
     run = mesh.build_run(CFG, label, tree, dirty, meta)
     assert sum(1 for addr, _ in run["writes"] if addr & ALL_MINIONS) == 8
@@ -222,6 +223,24 @@ def test_a_tree_over_every_minion_is_programmed_by_broadcast_writes(verilog, tmp
     # each run finished is logged, for fabricsim's progress line (sim.cli.runs_logged)
     from sim.cli import _RUN_DONE
     assert _RUN_DONE.findall((tmp_path / "sim.log").read_bytes()) == [(b"1", b"2"), (b"2", b"2")]
+
+
+def test_every_shire_reduces_at_once_as_fast_as_one_alone(verilog, tmp_path):
+    """Seed 002: "all 32 shires can reduce at once without slowing down".  The
+    whole-chip part's last run holds one tree per shire over its own minions;
+    run together they end in the cycle shire 0's tree ends alone, and every
+    member of every tree holds its own shire's sum."""
+    *_, (label, trees, metas) = mesh._tree_all_runs(CFG)
+    assert len(trees) == CFG.compute_shires
+    assert all(m["path"] == "shires_at_once" and m["minions"] == 4 for m in metas)
+    assert all({g >> 5 for g in t.members} == {s} for s, t in enumerate(trees))
+    dirty = set()
+    runs = [mesh.build_run(CFG, "shire 0 alone", trees[0], dirty, metas[0]),
+            mesh.build_run(CFG, label, trees, dirty, metas)]
+    got = simulate(verilog, runs, tmp_path)
+    for want, result in zip(runs, got):
+        mesh.check_run(CFG, want, result)   # raises on any wrong register
+    assert got[1]["counters"]["cycles"] == got[0]["counters"]["cycles"]
 
 
 @pytest.mark.parametrize("op", [1, 2, 3])

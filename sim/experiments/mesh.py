@@ -1262,6 +1262,15 @@ def _tree_all_runs(cfg):
     what = f"all {n} minions" if n == built else f"{n} of the {built} minions built"
     yield (f"allreduce over {what}", Tree(sum(1 << b for b, _ in levels)),
            {"minions": n, "level": None, "path": "all"})
+    # Seed 002, 'What the numbers say': "all 32 shires can reduce at once
+    # without slowing down": every shire's tree at once, against the shire
+    # part's tree over the same minions of one shire alone.
+    inside = [b for b, path in levels if path != "mesh"]
+    if inside and cfg.compute_shires > 1:
+        mask, n = sum(1 << b for b in inside), 1 << len(inside)
+        yield (f"allreduce over each shire's {n} minions, all {cfg.compute_shires} shires at "
+               f"once", [Tree(mask, base=s << 5) for s in range(cfg.compute_shires)],
+               [{"minions": n, "level": None, "path": "shires_at_once"}] * cfg.compute_shires)
 
 
 def _tree_latencies(runs, results):
@@ -1288,7 +1297,8 @@ def _tree_rows(parts):
                                  cycles - before, f"allreduce.level_{_LEVEL_KEYS[p['path']]}"))
             before = cycles
     shire = {p["minions"]: c for p, c in latencies["shire"]}
-    every = {p["minions"]: c for p, c in _tree_latencies(*parts["all"][1:])}
+    whole = _tree_latencies(*parts["all"][1:])
+    every = {p["minions"]: c for p, c in whole if p["path"] == "all"}
     other = [(n, c) for n, c in every.items() if n != 1024]
     rows.append(_ref_row("allreduce over 32 minions (one shire)", shire.get(32),
                          "allreduce.minions_32"))
@@ -1298,6 +1308,17 @@ def _tree_rows(parts):
               "reference": None, "unit": "cycles", "target": "information",
               "source": "not in the seed: the seed's tree spans 1,024 minions"}
              for n, c in other]
+    at_once = [(p, c) for p, c in whole if p["path"] == "shires_at_once"]
+    alone = shire.get(at_once[0][0]["minions"]) if at_once else None
+    if alone is not None:
+        slowest = max(c for _, c in at_once)
+        rows.append({"quantity": f"allreduce over each shire's {at_once[0][0]['minions']} "
+                                 f"minions, all {len(at_once)} shires at once, less one "
+                                 f"shire's alone",
+                     "model": float(slowest - alone), "reference": None, "unit": "cycles",
+                     "minimum": -1.0, "maximum": 1.0,
+                     "target": "within a cycle of one shire's alone",
+                     "source": reference()["allreduce"]["shires_at_once"]["source"]})
     chart = {"title": "Allreduce of 32 B on the hardware trees", "x_label": "minions in the tree",
              "y_label": "latency (minion cycles)", "x_log2": True,
              "lines": [{"name": {"shire": "one shire (levels 0-4)",
@@ -1634,6 +1655,10 @@ EXPERIMENTS = {e.name: e for e in (
                       "tree and broadcast back down; its latency is the cycles from the "
                       "start until every member holds the sum, and a level's cost is what "
                       "it adds to the tree below it.",
+                      "The whole-chip build also runs every shire's 32-minion tree at once; "
+                      "the slowest stands against the one-shire build's tree over the same "
+                      "minions. Each shire's tree edges and crossbar are its own, so nothing "
+                      "is shared but the start.",
                       "Every level's receive is posted for the whole run (one ready bit per "
                       "level), so the tree takes no READY messages; a child's flits are "
                       "combined as they arrive, interleaved with its siblings'.")),
