@@ -523,8 +523,9 @@ class SmEndpoint(wiring.Component):
         # --- fill / write port ----------------------------------------------
         fill_addr = Signal(abits + 1)
         filling = Signal()
-        # A run's regions start at word 0, so words past them are neither read
-        # nor checked and the fill can stop there (FILL_WORDS).
+        # A run's regions (and any gaps the runs leave between them) lie below
+        # FILL_WORDS, so words past them are neither read nor checked and the
+        # fill can stop there.
         fill_last = Signal(abits + 1)
         m.d.comb += fill_last.eq(Mux((fill_words != 0) & (fill_words <= cfg.smem_words),
                                      fill_words - 1, cfg.smem_words - 1))
