@@ -677,10 +677,26 @@ def _affine(xs, ys):
     return float(intercept), float(slope), residuals
 
 
-def _ref_row(quantity, model, key, **extra):
+def _costs_nothing_row(quantity, difference, key, than):
+    """A row for a seed claim that something costs no time (no number given):
+    ``difference`` (cycles) must lie within a cycle of 0; ``key`` is the
+    claim's entry in ``mesh.toml`` (its source), ``than`` what the difference
+    is taken against."""
+    return {"quantity": quantity, "model": difference, "reference": None, "unit": "cycles",
+            "minimum": -1.0, "maximum": 1.0, "target": f"within a cycle of {than}",
+            "source": _reference_entry(key)["source"]}
+
+
+def _reference_entry(key):
+    """The entry of ``mesh.toml`` at the dotted ``key`` (``"allreduce.minions_32"``)."""
     entry = reference()
     for part in key.split("."):
         entry = entry[part]
+    return entry
+
+
+def _ref_row(quantity, model, key, **extra):
+    entry = _reference_entry(key)
     row = {"quantity": quantity, "model": None if model is None else float(model),
            "reference": entry["value"], "unit": entry["unit"], "source": entry["source"],
            "error_pct": None if model is None else error_pct(model, entry["value"])}
@@ -1036,11 +1052,9 @@ def _speeds_rows(cfg, runs, measured):
         _ref_row("mesh round trip at 0 hops (fit intercept)", a, "three_speeds.mesh_base"),
         _ref_row("mesh round trip per hop", b, "three_speeds.mesh_per_hop"),
     ]
-    free = reference()["three_speeds"]["combine"]
-    rows += [{"quantity": f"tree edge round trip with receives that {op}, less with copies",
-              "model": by_path[f"tree_edge_{op}"] - by_path["tree_edge"], "reference": None,
-              "unit": "cycles", "minimum": -1.0, "maximum": 1.0,
-              "target": "within a cycle of a copy's", "source": free["source"]}
+    rows += [_costs_nothing_row(f"tree edge round trip with receives that {op}, less with "
+                                f"copies", by_path[f"tree_edge_{op}"] - by_path["tree_edge"],
+                                "three_speeds.combine", "a copy's")
              for op in COMBINING_OPS]
     return series, rows, {}
 
@@ -1312,13 +1326,10 @@ def _tree_rows(parts):
     alone = shire.get(at_once[0][0]["minions"]) if at_once else None
     if alone is not None:
         slowest = max(c for _, c in at_once)
-        rows.append({"quantity": f"allreduce over each shire's {at_once[0][0]['minions']} "
-                                 f"minions, all {len(at_once)} shires at once, less one "
-                                 f"shire's alone",
-                     "model": float(slowest - alone), "reference": None, "unit": "cycles",
-                     "minimum": -1.0, "maximum": 1.0,
-                     "target": "within a cycle of one shire's alone",
-                     "source": reference()["allreduce"]["shires_at_once"]["source"]})
+        rows.append(_costs_nothing_row(
+            f"allreduce over each shire's {at_once[0][0]['minions']} minions, all "
+            f"{len(at_once)} shires at once, less one shire's alone", float(slowest - alone),
+            "allreduce.shires_at_once", "one shire's alone"))
     chart = {"title": "Allreduce of 32 B on the hardware trees", "x_label": "minions in the tree",
              "y_label": "latency (minion cycles)", "x_log2": True,
              "lines": [{"name": {"shire": "one shire (levels 0-4)",
