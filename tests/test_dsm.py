@@ -61,6 +61,15 @@ KNOWN_GAPS = {
         "direction; the seed's 21.38 shows almost no write-command overhead. With larger "
         "packets the response VC's priority (set by B's load) lets the load finish first and "
         "leaves the store alone at its one-way rate",
+    ("bidirectional", "store loss per direction, one way to both ways"):
+        "a write's reverse traffic is one ACK per 40 flits (2.4 % of the receiver's "
+        "injection); a 4 % loss breaks D's 2-SM ring, the same traffic, held within 3 %",
+    ("bidirectional", "tma loss per direction, one way to both ways"):
+        "as the store's: one ACK per 40 flits costs 2.4 %, and D's 2-SM ring, the same "
+        "traffic, allows at most about 3 %",
+    ("bidirectional", "load loss per direction, one way to both ways"):
+        "A's load (19.44) lies 2.1 % below the seed's 19.87 while B's is on it, so the "
+        "loss is 21.0 % against 22 to 23 %",
 }
 
 
@@ -68,7 +77,9 @@ EXPECTED_ROWS = {
     "one_way": ["load B/cycle", "store B/cycle", "tma B/cycle",
                 "load fit RMSE", "store fit RMSE", "tma fit RMSE"],
     "bidirectional": ["load B/cycle", "store B/cycle", "tma B/cycle",
-                      "load fit RMSE", "store fit RMSE", "tma fit RMSE"],
+                      "load fit RMSE", "store fit RMSE", "tma fit RMSE"]
+                     + [f"{k} loss per direction, one way to both ways"
+                        for k in ("load", "store", "tma")],
     "mixed": [f"load_{k}_{d} aggregate B/cycle" for d in ("same", "opposite")
               for k in ("store", "tma")],
     "ring": [f"ring{n} B/SM-cycle" for n in (2, 4, 8, 16)] + ["alpha grows with cluster size"]
