@@ -156,6 +156,7 @@ EXPECTED_ROWS = {
                          "inside a shire against between shires, highest ratio"],
     "credit": ["credit round trip per mesh hop (fit)",
                "credit round trip at 0 hops (fit intercept)",
+               "worst residual of the credit fit",
                "credit against TensorSend round trip, median pair's difference"],
     "barrier": ["FLB plus credit barrier over 32 minions (one shire)"],
     "non_compute": ["bandwidth cost through non-compute cell"],

@@ -876,6 +876,8 @@ def _credit_rows(cfg, runs, measured):
     rows = [
         _ref_row("credit round trip per mesh hop (fit)", b * ns, "credit.per_hop_ns"),
         _ref_row("credit round trip at 0 hops (fit intercept)", a * ns, "credit.base_ns"),
+        _ref_row("worst residual of the credit fit", np.max(np.abs(res)), "credit.max_residual",
+                 target="at most 15 cycles (the chip's worst)"),
         {"quantity": "credit against TensorSend round trip, median pair's difference "
                      f"(model: {within} of {len(diffs)} pairs within 15 cycles; seed: "
                      f"{seen['pairs_within_15_cycles']} of {seen['pairs']})",
