@@ -26,24 +26,27 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-__all__ = ["RING", "N_SHIRES", "search", "default_placement", "ring_stats", "non_compute_cells"]
+from sim.experiments import load_reference
+
+__all__ = ["RING", "N_SHIRES", "search", "default_placement", "hop_stats", "ring_stats",
+           "non_compute_cells"]
 
 Cell = tuple[int, int]
 Placement = tuple[Cell, ...]
 
 # Seed 002, "What it means for systolic and wavefront designs", bullet "Order
-# chains by the map, not by shire ID": "This ring through all 32 compute shires
-# moves one hop at every step: 0 24 9 25 ... 4 3 8, and back to 0."
-RING: tuple[int, ...] = (
-    0, 24, 9, 25, 2, 11, 19, 27, 18, 10, 17, 14, 22, 26, 15, 23,
-    31, 7, 6, 30, 29, 5, 28, 20, 12, 21, 13, 1, 16, 4, 3, 8,
-)
+# chains by the map, not by shire ID", from sim/reference/mesh.toml
+# ([placement.*]): "This ring through all 32 compute shires moves one hop at
+# every step: 0 24 9 25 ... 4 3 8, and back to 0."
+_SEED = load_reference("mesh")["placement"]
+RING: tuple[int, ...] = tuple(_SEED["ring"]["shires"])
 N_SHIRES = 32
 
 # Same bullet: "Stepping through shires 0, 1, 2, ... 31 averages 3.3 hops per
 # boundary and up to 8 (3.5 and up to 10 if the ring closes from 31 back to 0)."
-SEQUENTIAL_MEAN, SEQUENTIAL_MAX = 3.3, 8
-CLOSED_MEAN, CLOSED_MAX = 3.5, 10
+SEQUENTIAL_MEAN, SEQUENTIAL_MAX = (_SEED["sequential_mean"]["value"],
+                                   _SEED["sequential_max"]["value"])
+CLOSED_MEAN, CLOSED_MAX = _SEED["closed_mean"]["value"], _SEED["closed_max"]["value"]
 
 
 def _hops(a: Cell, b: Cell) -> int:
@@ -61,8 +64,9 @@ def ring_stats(placement: Placement) -> dict[str, float]:
     Returns
     -------
     dict
-        ``ring_max_step``: the largest hop count between neighbours on `RING`,
-        closing step included (1 for a valid placement);
+        ``ring_max_step`` / ``ring_min_step``: the largest and the smallest
+        hop count between neighbours on `RING`, closing step included (1 for
+        a valid placement);
         ``sequential_mean`` / ``sequential_max``: mean and maximum over the 31
         boundaries 0 -> 1, ..., 30 -> 31;
         ``closed_mean`` / ``closed_max``: the same over 32 boundaries, adding
@@ -75,11 +79,26 @@ def ring_stats(placement: Placement) -> dict[str, float]:
     """
     if len(placement) != N_SHIRES:
         raise ValueError(f"placement: expected {N_SHIRES} cells, got {len(placement)}")
-    ring = [_hops(placement[a], placement[b]) for a, b in zip(RING, RING[1:] + RING[:1])]
-    seq = [_hops(placement[s], placement[s + 1]) for s in range(N_SHIRES - 1)]
-    closed = seq + [_hops(placement[-1], placement[0])]
+    return hop_stats(lambda a, b: _hops(placement[a], placement[b]))
+
+
+def hop_stats(distance) -> dict[str, float]:
+    """The statistics of :func:`ring_stats` (and ``ring_min_step``, the
+    fewest hops between neighbours on `RING`) for any distance between
+    shires: ``distance(a, b)`` gives the hops from shire ID ``a`` to ``b``
+    (0 to 31), a Manhattan distance on a placement or hops measured from
+    round trips (then floats, and so are the maxima).
+
+    Raises
+    ------
+    Whatever ``distance`` raises (a ``KeyError`` for a pair it lacks, say).
+    """
+    ring = [distance(a, b) for a, b in zip(RING, RING[1:] + RING[:1])]
+    seq = [distance(s, s + 1) for s in range(N_SHIRES - 1)]
+    closed = seq + [distance(N_SHIRES - 1, 0)]
     return {
         "ring_max_step": max(ring),
+        "ring_min_step": min(ring),
         "sequential_mean": sum(seq) / len(seq),
         "sequential_max": max(seq),
         "closed_mean": sum(closed) / len(closed),

@@ -18,6 +18,7 @@ from hdl.etsoc.config import MeshConfig
 from hdl.etsoc.engine import EngineReg
 from hdl.etsoc.mesh import ALL_MINIONS, EtSocMesh
 from sim.build import HIER_BLOCK, generate_verilog
+from sim.etsoc_placement import RING
 from sim.experiments import mesh
 from sim.report import row_met
 from sim.runner import run_cocotb
@@ -62,10 +63,13 @@ def simulate(verilog, runs, tmp_path, cfg=CFG):
 _RESULTS = {}
 
 #: Experiments whose tests run a sample of what the report runs: round trips
-#: over two pairs per hop count (and, for the heat map, shire 0 to every other)
+#: over two pairs per hop count (and, for the heat map, shire 0 to every other;
+#: for the map's rows, each boundary of shires 0 to 31 and of the seed's ring)
 #: instead of all 496 pairs.
 SAMPLED = {"round_trip": lambda cfg: mesh.pairs_runs(cfg, pairs=list(dict.fromkeys(
-               [(0, s) for s in range(1, cfg.compute_shires)] + mesh.sample_pairs(cfg)))),
+               [(0, s) for s in range(1, cfg.compute_shires)] + mesh.sample_pairs(cfg)
+               + [(s, s + 1) for s in range(cfg.compute_shires - 1)]
+               + [tuple(sorted(p)) for p in zip(RING, RING[1:] + RING[:1])]))),
            "non_compute": lambda cfg: mesh._non_compute_runs(cfg, cells=1),
            "one_kb": lambda cfg: mesh.pairs_runs(cfg, mesh.ONE_KB_REGISTERS,
                                                 mesh.sample_pairs(cfg)),
@@ -138,7 +142,8 @@ EXPECTED_ROWS = {
                        for op in mesh.COMBINING_OPS],
     "round_trip": ["round trip per mesh hop (fit over", "worst residual of the fit",
                    "round trip at 0 hops (fit intercept)",
-                   "round trips routed through a non-compute cell"],
+                   "round trips routed through a non-compute cell"]
+                  + [quantity for _, quantity, _ in mesh._MAP_ROWS],
     "one_kb": ["1 KB round trip, 1 to 5 hops: cycles per hop (fit)",
                "1 KB round trip, 5 hops and beyond: cycles per hop (fit)"],
     "layouts": ["1D token ring completes", "2D in alternating phases (two runs) completes",

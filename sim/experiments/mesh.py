@@ -841,6 +841,7 @@ def _pairs_rows(cfg, runs, measured):
             "model": float(np.max(np.abs(crossing))), "reference": None, "unit": "cycles",
             "maximum": 1.5, "target": "within 1.5 cycles, as every route",
             "source": NON_COMPUTE_SOURCE})
+    rows += _map_rows(cfg, rts, a, b)
     source = 0
     heat = [{"shire": s, "x": cfg.placement[s][0], "y": cfg.placement[s][1],
              "cycles": rts[(source, s)]} for s in range(cfg.compute_shires) if s != source]
@@ -849,6 +850,52 @@ def _pairs_rows(cfg, runs, measured):
                          "non_compute": [list(c) for c in cfg.non_compute_cells],
                          "cells": heat}}
     return series, rows, extra
+
+
+#: Rows of the seed's statements about the shire map, each boundary's hops
+#: read off its measured round trip: (stat of sim.etsoc_placement.hop_stats,
+#: quantity, mesh.toml key).
+_MAP_ROWS = (
+    ("sequential_mean", "shires 0, 1, ..., 31 in ID order: mean hops per boundary",
+     "placement.sequential_mean"),
+    ("sequential_max", "shires 0, 1, ..., 31 in ID order: most hops at a boundary",
+     "placement.sequential_max"),
+    ("closed_mean", "shires 0, 1, ..., 31 and back to 0: mean hops per boundary",
+     "placement.closed_mean"),
+    ("closed_max", "shires 0, 1, ..., 31 and back to 0: most hops at a boundary",
+     "placement.closed_max"),
+    ("ring_max_step", "the seed's ring through all 32 shires: most hops at a step",
+     "placement.ring_step"),
+    ("ring_min_step", "the seed's ring through all 32 shires: fewest hops at a step",
+     "placement.ring_step"),
+)
+
+
+def _map_rows(cfg, rts, a, b):
+    """The shire map rows (:data:`_MAP_ROWS`): each boundary's hops are its
+    round trip less the fit's intercept ``a``, over its cycles per hop ``b``,
+    so they come from cycles, not from the placement.  None unless the build
+    has 32 compute shires and every pair the statements name was measured
+    (``rts``: ``{(shire, shire): cycles}``, either order)."""
+    from sim.etsoc_placement import N_SHIRES, hop_stats
+
+    def measured(s, t):
+        return ((rts[(s, t)] if (s, t) in rts else rts[(t, s)]) - a) / b
+
+    if cfg.compute_shires != N_SHIRES:
+        return []
+    try:
+        stats = hop_stats(measured)
+    except KeyError:
+        return []
+    out = []
+    for stat, quantity, key in _MAP_ROWS:
+        entry = _reference_entry(key)
+        out.append(_ref_row(f"{quantity}, from round trips", stats[stat], key,
+                            target=(f"{entry['value']:g} to one decimal"
+                                    if stat.endswith("_mean") else
+                                    f"{entry['value']:g} to the nearest hop")))
+    return out
 
 
 # --- credit round trips against hops ----------------------------------------------
@@ -1552,7 +1599,11 @@ EXPERIMENTS = {e.name: e for e in (
                       "Three ping-pong exchanges of one register per pair; the round trip is "
                       "the spacing of the pinging minion's receives. Pairs run together only "
                       "when they share no shire and no directed mesh link, so no two "
-                      "exchanges meet.")),
+                      "exchanges meet.",
+                      "The shire map rows read each boundary's hops off its round trip, "
+                      "(round trip - intercept) / cycles per hop, so they check the "
+                      "placement (sim/etsoc_placement.py) through the routers rather than "
+                      "from its cells.")),
     Experiment("credit", "Credit round trips between minion 0 of every pair of shires",
                _credit_runs, _credit_rows, MINION_ZERO,
                notes=(_MINION_ZERO_NOTE,
