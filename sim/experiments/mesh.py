@@ -20,6 +20,7 @@ from hdl.etsoc.config import COMBINE_OPS, hops
 from hdl.etsoc.engine import Couple, EngineReg, checksum, combine, register_word, tree_roles
 from hdl.etsoc.mesh import ALL_MINIONS, GLOBAL, Port, counter_names, mesh_registers
 from sim import stall
+from sim.etsoc_placement import N_SHIRES, hop_stats
 from sim.experiments import SetByExperiment, load_reference, unfinished
 from sim.fit import error_pct
 
@@ -874,11 +875,9 @@ _MAP_ROWS = (
 def _map_rows(cfg, rts, a, b):
     """The shire map rows (:data:`_MAP_ROWS`): each boundary's hops are its
     round trip less the fit's intercept ``a``, over its cycles per hop ``b``,
-    so they come from cycles, not from the placement.  None unless the build
-    has 32 compute shires and every pair the statements name was measured
-    (``rts``: ``{(shire, shire): cycles}``, either order)."""
-    from sim.etsoc_placement import N_SHIRES, hop_stats
-
+    so they come from cycles, not from the placement.  No rows unless the
+    build has 32 compute shires and every pair the statements name was
+    measured (``rts``: ``{(shire, shire): cycles}``, either order)."""
     def measured(s, t):
         return ((rts[(s, t)] if (s, t) in rts else rts[(t, s)]) - a) / b
 
