@@ -10,6 +10,10 @@ bullet "Order chains by the map, not by shire ID":
 * stepping through shires 0, 1, ..., 31 averages 3.3 hops per boundary with a
   maximum of 8; closing the sequence from 31 back to 0 gives 3.5 and 10.
 
+The seed's values (the ring, 3.3, 8, 3.5 and 10) are read from
+``sim/reference/mesh.toml`` (``[placement.*]``), where ``mesh.round_trip``'s
+rows find them too.
+
 Hops are Manhattan distances on the grid: "What the numbers say", item 1, finds
 that routes are shortest paths through all 36 cells, the four non-compute
 cells (master, spare, PCIe and I/O shires) included.
@@ -83,15 +87,24 @@ def ring_stats(placement: Placement) -> dict[str, float]:
 
 
 def hop_stats(distance) -> dict[str, float]:
-    """The statistics of :func:`ring_stats` (and ``ring_min_step``, the
-    fewest hops between neighbours on `RING`) for any distance between
-    shires: ``distance(a, b)`` gives the hops from shire ID ``a`` to ``b``
-    (0 to 31), a Manhattan distance on a placement or hops measured from
-    round trips (then floats, and so are the maxima).
+    """The statistics of :func:`ring_stats` for any distance between shires.
+
+    Parameters
+    ----------
+    distance : callable
+        ``distance(a, b)``: hops from shire ID ``a`` to ``b`` (0 to 31), a
+        Manhattan distance on a placement or hops read off round trips.
+
+    Returns
+    -------
+    dict
+        The keys of :func:`ring_stats`; with float distances every value is
+        a float, the maxima and minimum included.
 
     Raises
     ------
-    Whatever ``distance`` raises (a ``KeyError`` for a pair it lacks, say).
+    Exception
+        Whatever ``distance`` raises (a ``KeyError`` for a pair it lacks, say).
     """
     ring = [distance(a, b) for a, b in zip(RING, RING[1:] + RING[:1])]
     seq = [distance(s, s + 1) for s in range(N_SHIRES - 1)]

@@ -63,11 +63,12 @@ KNOWN_GAPS = {
         "leaves the store alone at its one-way rate",
     ("bidirectional", "store loss per direction, one way to both ways"):
         "a write's reverse traffic is one ACK per 40 flits (2.4 % of the receiver's "
-        "injection); a 4 % loss breaks D's 2-SM ring, the same traffic, held within 3 %",
+        "injection); the ACK threshold a 4 % loss needs breaks D's 2-SM TMA ring, held "
+        "within 3 %",
     ("bidirectional", "tma loss per direction, one way to both ways"):
         "as the store's: one ACK per 40 flits costs 2.4 %, and D's 2-SM ring, the same "
         "traffic, allows at most about 3 %",
-    ("ring", "ring16 B/SM-cycle against 4 x 32 / 6 (the seed's 16-SM result)"):
+    ("ring", "ring16 B/SM-cycle within the seed's 0.72 % of 4 x 32 / 6"):
         "each SM of a ring returns one ACK per 40 flits, 2.4 % of its injection, as in B's "
         "TMA; the seed's ring loses under 0.72 % while its B TMA loses 4.5 %",
     ("bidirectional", "load loss per direction, one way to both ways"):
@@ -86,7 +87,7 @@ EXPECTED_ROWS = {
     "mixed": [f"load_{k}_{d} aggregate B/cycle" for d in ("same", "opposite")
               for k in ("store", "tma")],
     "ring": [f"ring{n} B/SM-cycle" for n in (2, 4, 8, 16)]
-            + ["ring16 B/SM-cycle against 4 x 32 / 6 (the seed's 16-SM result)",
+            + ["ring16 B/SM-cycle within the seed's 0.72 % of 4 x 32 / 6",
                "alpha grows with cluster size"]
             + [f"ring{n} fit RMSE" for n in (2, 4, 8, 16)],
 }

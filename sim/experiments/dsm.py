@@ -328,20 +328,19 @@ def _bandwidth_rows(section, names):
     return rows
 
 
-#: Series of experiment B that run its traffic one way, for its loss rows:
-#: ``"<kind> one way"``.
-_ONE_WAY_SERIES = " one way"
+#: Name suffix of experiment B's series that run its traffic one way, for
+#: its loss rows: series ``"<kind> one way"``.
+_ONE_WAY_SUFFIX = " one way"
 
 
 def _bidirectional_rows(cfg, fits, points):
     """B's rates per direction, then each kind's loss from one way to both
     ways, ``100 (1 - B / A)`` in %, A's rate measured on the same build in
     the same run (series ``"<kind> one way"``)."""
-    kinds = ("load", "store", "tma")
-    out = _bandwidth_rows("bidirectional", kinds)(cfg, fits, points)
+    out = _bandwidth_rows("bidirectional", tuple(KINDS))(cfg, fits, points)
     ref = reference()["bidirectional"]
-    for kind in kinds:
-        both, one = fits[kind].bytes_per_cycle, fits[kind + _ONE_WAY_SERIES].bytes_per_cycle
+    for kind in KINDS:
+        both, one = fits[kind].bytes_per_cycle, fits[kind + _ONE_WAY_SUFFIX].bytes_per_cycle
         out.append(_row(f"{kind} loss per direction, one way to both ways",
                         100 * (1 - both / one), "%", ref[f"loss_{kind}"]))
     return out
@@ -361,7 +360,7 @@ def _ring_rows(cfg, fits, points):
         out.append(_row(f"{name} B/SM-cycle", fit.bytes_per_cycle, "B/SM-cycle",
                         ref["ring"]["per_sm"]))
     if "ring16" in fits:
-        out.append(_row("ring16 B/SM-cycle against 4 x 32 / 6 (the seed's 16-SM result)",
+        out.append(_row("ring16 B/SM-cycle within the seed's 0.72 % of 4 x 32 / 6",
                         fits["ring16"].bytes_per_cycle, "B/SM-cycle", ref["ring"]["per_sm_16"]))
     for name, fit in fits.items():
         key = {"ring2": "alpha_2", "ring16": "alpha_16"}.get(name)
@@ -468,9 +467,8 @@ EXPERIMENTS = {e.name: e for e in (
                       "sets store_packet_bytes. The TMA row follows from the 2/3 shaper and one "
                       "command flit per 16 KiB.",)),
     Experiment("bidirectional", "B: bidirectional, 2 SMs, per direction",
-               tuple(Series(k, _both_ways(k)) for k in ("load", "store", "tma"))
-               + tuple(Series(k + _ONE_WAY_SERIES, _one_way(k))
-                       for k in ("load", "store", "tma")),
+               tuple(Series(k, _both_ways(k)) for k in KINDS)
+               + tuple(Series(k + _ONE_WAY_SUFFIX, _one_way(k)) for k in KINDS),
                _bidirectional_rows,
                notes=("Calibrated, not predicted: the load row sets vc_response_burst, the TMA "
                       "row and the 2-SM ring of D set ack_threshold_flits: one ACK per 40 flits costs "
@@ -478,7 +476,7 @@ EXPERIMENTS = {e.name: e for e in (
                       "20.29 +-3 %, D 21.3 +-3 %). The store row follows.",
                       "The loss rows compare each kind's rate both ways with its rate one way "
                       "(experiment A's traffic, run again here).",
-                      "Known gap: the losses. Stores and TMA puts lose 2.2 and 2.4 % in the "
+                      "Known gap: the losses. Stores and TMA puts lose 2.2 and 2.5 % in the "
                       "model against the seed's 4.0 and 4.5 % (its band: 4 to 6 %). The "
                       "reverse traffic of a write is its ACKs, one per 40 flits, which cost "
                       "1/41 = 2.4 % of the receiver's injection. The seed's 4.5 % would need "
@@ -487,8 +485,8 @@ EXPERIMENTS = {e.name: e for e in (
                       "21.3 B/SM-cycle, so lose at most about 3 % of the one-way rate: the "
                       "two targets cannot both hold, and the threshold sits where D and B's "
                       "rates do. Reads lose 21.0 % against 22 to 23 %: both load rates are "
-                      "within their windows (A 19.44, -2.1 %; B 15.37, 0.0 %), but A's lies "
-                      "below the seed's, which the loss magnifies.")),
+                      "within their windows (A 19.44, -2.1 %; B 15.37, 0.0 %), but A's "
+                      "shortfall of 2.1 % takes 1.6 points off the loss.")),
     Experiment("mixed", "C: rank 0 reads rank 1 while a store or TMA put moves a second payload",
                tuple(Series(f"load_{k}_{d}", _mixed(k, d == "same"))
                      for d in ("same", "opposite") for k in ("store", "tma")),
@@ -529,8 +527,9 @@ EXPERIMENTS = {e.name: e for e in (
                       "flits, 1/41 = 2.4 % of its injection, as in B's TMA. The seed's rates "
                       "pull apart here: B's TMA, where each SM also sends and receives, loses "
                       "4.5 % to the one-way rate, while its 16-SM ring loses under 0.72 % to "
-                      "the shaper's. One ACK rate cannot give both; the model's lies between "
-                      "(B's and the rings' rows within 3 %).",)),
+                      "the shaper's. One ACK rate cannot give both: B's loss needs about one "
+                      "ACK per 21 flits, the ring's no more than one per 138; the model's one "
+                      "per 40 lies between, with B's and the rings' rows within 3 %.",)),
     Experiment("topology", "E: 16 SMs at 64 KiB: ring strides and adjacent pairs",
                tuple(Series(f"stride{s}", _ring(16, s), 16, (64,)) for s in range(1, 16))
                + (Series("pairs", _pairs(16), 16, (64,)),),
