@@ -480,13 +480,14 @@ EXPERIMENTS = {e.name: e for e in (
                       "model against the seed's 4.0 and 4.5 % (its band: 4 to 6 %). The "
                       "reverse traffic of a write is its ACKs, one per 40 flits, which cost "
                       "1/41 = 2.4 % of the receiver's injection. The seed's 4.5 % would need "
-                      "about one ACK per 21 flits, but the 2-SM ring of D is this same "
-                      "traffic (each SM puts to the other), and it must stay within 3 % of "
-                      "21.3 B/SM-cycle, so lose at most about 3 % of the one-way rate: the "
+                      "about one ACK per 21 flits, but the 2-SM ring of D is B's TMA traffic "
+                      "(each SM puts to the other; stores share its ACK threshold), and it "
+                      "must stay within 3 % of 21.3 B/SM-cycle, so lose at most about 3 % "
+                      "of the one-way rate: the "
                       "two targets cannot both hold, and the threshold sits where D and B's "
                       "rates do. Reads lose 21.0 % against 22 to 23 %: both load rates are "
                       "within their windows (A 19.44, -2.1 %; B 15.37, 0.0 %), but A's "
-                      "shortfall of 2.1 % takes 1.6 points off the loss.")),
+                      "shortfall of 2.1 % takes 1.7 points off the loss.")),
     Experiment("mixed", "C: rank 0 reads rank 1 while a store or TMA put moves a second payload",
                tuple(Series(f"load_{k}_{d}", _mixed(k, d == "same"))
                      for d in ("same", "opposite") for k in ("store", "tma")),
