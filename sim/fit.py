@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["AffineFit", "fit_affine", "error_pct", "median"]
+__all__ = ["AffineFit", "fit_affine", "error_pct", "reference_is_bound", "row_error_pct",
+           "median"]
 
 
 @dataclass(frozen=True)
@@ -203,6 +204,59 @@ def error_pct(model: float, reference: float) -> float:
     if reference == 0:
         raise ValueError("reference must be non-zero to compute a relative error")
     return 100.0 * (model - reference) / reference
+
+
+def reference_is_bound(reference: float | None, *, minimum: float | None = None,
+                       maximum: float | None = None,
+                       tolerance_pct: float | None = None) -> bool:
+    """True when a result row's seed value is only its one-sided bound.
+
+    That is, no tolerance around ``reference`` and ``maximum == reference``
+    with no ``minimum``, or the reverse: a seed's worst case the model must
+    stay within, such as seed 002's worst credit-fit residual of 15 cycles.
+    The distance from such a ceiling is not an error, so the row shows none
+    and is judged by the bound alone.
+
+    Parameters
+    ----------
+    reference : float or None
+        The seed's value, in the row's unit.
+    minimum, maximum : float or None
+        The row's bounds on the model, in the same unit.
+    tolerance_pct : float or None
+        The row's tolerance around ``reference``, in percent.
+    """
+    return reference is not None and tolerance_pct is None and (
+        (maximum == reference and minimum is None) or (minimum == reference and maximum is None))
+
+
+def row_error_pct(model: float | None, reference: float | None, *,
+                  minimum: float | None = None, maximum: float | None = None,
+                  tolerance_pct: float | None = None) -> float | None:
+    """The error % a result row shows: :func:`error_pct` of ``model`` against
+    the seed's ``reference``, or None where there is none to give: either
+    value missing, a zero reference, or a reference that is only the row's
+    bound (:func:`reference_is_bound`, which takes the other parameters).
+
+    Parameters
+    ----------
+    model, reference : float or None
+        The model's value and the seed's, in the row's unit.
+
+    Returns
+    -------
+    float or None
+        ``100 * (model - reference) / reference``, or None as above.
+
+    Raises
+    ------
+    ValueError
+        If a value given is not finite.
+    """
+    if model is None or reference is None or reference == 0 or reference_is_bound(
+            reference, minimum=minimum, maximum=maximum, tolerance_pct=tolerance_pct):
+        return None
+    return error_pct(model, reference)
 
 
 def median(values: Iterable[float]) -> float:

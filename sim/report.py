@@ -35,7 +35,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from sim.build import write_atomically
-from sim.fit import AffineFit, error_pct
+from sim.fit import AffineFit, reference_is_bound, row_error_pct
 
 __all__ = [
     "ResultRow",
@@ -72,7 +72,9 @@ class ResultRow:
     source : str or None
         Seed file and section the reference comes from.
     error_pct : float or None
-        Signed error of ``model`` against ``reference`` in percent.
+        Signed error of ``model`` against ``reference`` in percent; None
+        when ``reference`` is only the row's bound
+        (:func:`sim.fit.reference_is_bound`).
     tolerance_pct : float or None
         Largest allowed ``|error_pct|`` in percent; None means not checked.
     target : str or None
@@ -319,8 +321,12 @@ def _load_row(ctx: _Context, raw: Any, where: str) -> ResultRow:
     reference = ctx.number(row, "reference", where, optional=True)
     err = ctx.number(row, "error_pct", where, optional=True)
     tolerance = ctx.number(row, "tolerance_pct", where, optional=True)
-    if err is None and model is not None and reference is not None and reference != 0:
-        err = error_pct(model, reference)
+    minimum = _optional_float(ctx.number(row, "minimum", where, optional=True))
+    maximum = _optional_float(ctx.number(row, "maximum", where, optional=True))
+    if reference_is_bound(reference, minimum=minimum, maximum=maximum, tolerance_pct=tolerance):
+        err = None   # not an error against a seed's bound, even one an older file gives
+    elif err is None:
+        err = row_error_pct(model, reference)
     if tolerance is not None:
         if tolerance < 0:
             raise ctx.error(where, f"key 'tolerance_pct' must be non-negative, not {tolerance!r}")
@@ -335,8 +341,8 @@ def _load_row(ctx: _Context, raw: Any, where: str) -> ResultRow:
         error_pct=None if err is None else float(err),
         tolerance_pct=None if tolerance is None else float(tolerance),
         target=ctx.string(row, "target", where, optional=True),
-        minimum=_optional_float(ctx.number(row, "minimum", where, optional=True)),
-        maximum=_optional_float(ctx.number(row, "maximum", where, optional=True)),
+        minimum=minimum,
+        maximum=maximum,
         reference_range=_load_range(ctx, row, where),
     )
 

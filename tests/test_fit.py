@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from sim.fit import AffineFit, error_pct, fit_affine, median
+from sim.fit import AffineFit, error_pct, fit_affine, median, reference_is_bound, row_error_pct
 
 KIB = 1024
 # The seed's sweep: 16 to 96 KiB in 8-KiB steps, 11 points.
@@ -85,6 +85,21 @@ def test_error_pct_sign_and_value():
 def test_error_pct_rejects_zero_reference():
     with pytest.raises(ValueError, match="reference must be non-zero"):
         error_pct(1.0, 0.0)
+
+
+def test_row_error_pct_none_against_a_bound():
+    # seed 002's worst credit-fit residual is a ceiling, not a value to match
+    assert reference_is_bound(15, maximum=15)
+    assert reference_is_bound(0.0, minimum=0.0)
+    assert row_error_pct(0.49, 15, maximum=15) is None
+    assert not reference_is_bound(15, maximum=15, tolerance_pct=5.0)
+    assert not reference_is_bound(3.3, minimum=3.25, maximum=3.35)
+    assert not reference_is_bound(11.0, minimum=0.0)
+    assert row_error_pct(16.5, 15, maximum=15, tolerance_pct=20.0) == pytest.approx(10.0)
+    assert row_error_pct(3.3, 3.3, minimum=3.25, maximum=3.35) == 0.0
+    assert row_error_pct(None, 15) is None
+    assert row_error_pct(1.0, None) is None
+    assert row_error_pct(1.0, 0.0) is None
 
 
 def test_median_even_and_odd_and_empty():

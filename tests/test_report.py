@@ -225,6 +225,31 @@ def test_error_pct_computed_when_missing(tmp_path):
     assert result.rows[0].met is False
 
 
+def test_a_bound_from_the_seed_gives_no_error(tmp_path):
+    """A row whose seed value is only its ceiling shows no error %, even where
+    an older file gives one, and is judged by the bound; a two-sided row
+    keeps its error."""
+    doc = _mesh_latency()
+    doc["rows"] = [
+        {"quantity": "worst residual", "model": 0.49, "reference": 15, "unit": "cycles",
+         "source": "somewhere", "error_pct": -96.7, "maximum": 15, "target": "at most 15"},
+        {"quantity": "worst residual, over", "model": 16.0, "reference": 15, "unit": "cycles",
+         "source": "somewhere", "maximum": 15, "target": "at most 15"},
+        {"quantity": "mean hops", "model": 3.29, "reference": 3.3, "unit": "hops",
+         "source": "somewhere", "minimum": 3.25, "maximum": 3.35, "target": "3.3"},
+    ]
+    _write(tmp_path, doc)
+    (result,) = load_results(tmp_path)
+    assert [r.error_pct for r in result.rows[:2]] == [None, None]
+    assert [r.met for r in result.rows[:2]] == [True, False]
+    assert result.rows[2].error_pct == pytest.approx(-0.303, abs=1e-3)
+    text = write_report(tmp_path).read_text(encoding="utf-8")
+    assert "| worst residual | 0.49 | 15 | cycles | — | at most 15 |" in text
+    out = io.StringIO()
+    print_summary(tmp_path, console=Console(file=out, width=200, color_system=None))
+    assert "worst residual, over model 16 vs seed 15 cycles (—%, target at most 15)" in out.getvalue()
+
+
 def test_a_what_if_is_marked_where_its_rows_meet_the_seed(tmp_path):
     """An experiment run with ``--set`` (key ``set`` of its result) says so
     above its table; one run as the seed's model does not."""

@@ -18,7 +18,7 @@ from hdl.hopper.endpoint import CheckReg, GlobalReg, N_CHECKS, N_STREAMS, Stream
 from hdl.hopper.gpc import GLOBAL_SLOT, GpcReg, counter_names, gpc_registers, switch_blocks
 from sim import stall
 from sim.experiments import SetByExperiment, load_reference, unfinished
-from sim.fit import error_pct, fit_affine
+from sim.fit import fit_affine, row_error_pct
 
 __all__ = ["Stream", "ExperimentError", "EXPERIMENTS", "build_runs", "check_overrides",
            "reference", "check_run", "analyse"]
@@ -300,7 +300,7 @@ def _row(quantity, model, unit, ref=None, *, tolerance=None, target=None, source
         minimum, maximum = ref.get("minimum"), ref.get("maximum", maximum)
     else:
         value = None
-    err = error_pct(model, value) if value is not None else None
+    err = row_error_pct(model, value, minimum=minimum, maximum=maximum, tolerance_pct=tolerance)
     if target is None and tolerance is not None:
         target = f"within {tolerance:g} %"
     if minimum is not None and maximum is not None:

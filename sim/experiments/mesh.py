@@ -22,7 +22,7 @@ from hdl.etsoc.mesh import ALL_MINIONS, GLOBAL, Port, counter_names, mesh_regist
 from sim import stall
 from sim.etsoc_placement import N_SHIRES, hop_stats
 from sim.experiments import SetByExperiment, load_reference, unfinished
-from sim.fit import error_pct
+from sim.fit import row_error_pct
 
 __all__ = ["ExperimentError", "EXPERIMENTS", "PingPong", "OneWay", "Cell", "Cells", "Tree",
            "Flows", "CreditPingPong", "Barrier", "Part", "reference", "build_config", "build_parts", "build_runs",
@@ -700,7 +700,7 @@ def _ref_row(quantity, model, key, **extra):
     entry = _reference_entry(key)
     row = {"quantity": quantity, "model": None if model is None else float(model),
            "reference": entry["value"], "unit": entry["unit"], "source": entry["source"],
-           "error_pct": None if model is None else error_pct(model, entry["value"])}
+           "error_pct": None}
     if "range" in entry:
         # the seed gives a range; "reference" is its midpoint
         row["reference_range"] = [float(v) for v in entry["range"]]
@@ -717,6 +717,9 @@ def _ref_row(quantity, model, key, **extra):
     if "target" not in row and "minimum" in row and "maximum" in row:
         row["target"] = f"{row['minimum']:g} to {row['maximum']:g}"
     row.update(extra)
+    row["error_pct"] = row_error_pct(row["model"], row["reference"], minimum=row.get("minimum"),
+                                     maximum=row.get("maximum"),
+                                     tolerance_pct=row.get("tolerance_pct"))
     return row
 
 
