@@ -23,7 +23,7 @@ import math
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -143,6 +143,15 @@ class ResultSeries:
     fit : AffineFit or None
         Stored fit, with residuals recomputed against the points in cycles;
         None when the experiment did not fit this series.
+    hops : tuple of int
+        Mesh hops of each point, for a series indexed by hops (then
+        ``payload_bytes`` is empty).
+    hop_fit : tuple of two floats or None
+        ``(alpha, beta)`` of a hop-indexed series, in cycles and cycles per hop.
+    baseline_for : str or None
+        Name of the series of the same experiment this one is the baseline
+        of (key ``baseline_for``; e.g. B's one-way load for its both-ways
+        load): the fit plot draws it dashed, in that series' colour.
     """
 
     name: str
@@ -151,6 +160,7 @@ class ResultSeries:
     fit: AffineFit | None
     hops: tuple[int, ...] = ()
     hop_fit: tuple[float, float] | None = None
+    baseline_for: str | None = None
 
     @property
     def plottable(self) -> bool:
@@ -486,9 +496,17 @@ def _load_experiment(path: Path) -> ExperimentResult:
             if axis not in ("payload_bytes", "hops"):
                 raise ctx.error(where, f"key 'x' must be 'payload_bytes' or 'hops', not {axis!r}")
             load = _load_hop_series if axis == "hops" else _load_series
-            series.append(
-                load(ctx, ctx.string(s, "name", where), ctx.array(s, "points", where), s.get("fit"), where)
-            )
+            loaded = load(ctx, ctx.string(s, "name", where), ctx.array(s, "points", where),
+                          s.get("fit"), where)
+            baseline_for = ctx.string(s, "baseline_for", where, optional=True)
+            series.append(replace(loaded, baseline_for=baseline_for))
+        names = [s.name for s in series]
+        for i, s in enumerate(series):
+            if s.baseline_for is not None and (s.baseline_for == s.name
+                                               or s.baseline_for not in names):
+                others = ", ".join(repr(n) for n in names if n != s.name)
+                raise ctx.error(f"series[{i}]", f"key 'baseline_for' must name another series "
+                                                f"({others}), not {s.baseline_for!r}")
     elif "points" in doc:
         series.append(_load_series(ctx, experiment, ctx.array(doc, "points", "top level"), doc.get("fit"), "top level"))
 
@@ -886,17 +904,27 @@ def _render_plot(result: ExperimentResult) -> bytes:
     FigureCanvasAgg(fig)
     top, bottom = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
     colors = colormaps["tab20"].colors
-    for i, s in enumerate(shown):
+    # A baseline is drawn after its series, dashed with hollow marks in its colour.
+    drawn = {}
+    ordered = ([s for s in shown if s.baseline_for is None]
+               + [s for s in shown if s.baseline_for is not None])
+    for i, s in enumerate(ordered):
         assert s.fit is not None
         kib = [b / _KIB for b in s.payload_bytes]
+        style = {}
+        if s.baseline_for in drawn:
+            style = {"color": drawn[s.baseline_for], "markerfacecolor": "none"}
+        elif many:
+            style = {"color": colors[i % 20]}
         (marks,) = top.plot(kib, s.cycles, "osD^v<>"[i // 20 % 7] if many else "o", label=None,
-                            **({"color": colors[i % 20]} if many else {}))
-        color = marks.get_color()
+                            **style)
+        color = drawn[s.name] = marks.get_color()
+        line = "--" if s.baseline_for in drawn else "-"
         lo, hi = min(s.payload_bytes), max(s.payload_bytes)
         top.plot(
             [lo / _KIB, hi / _KIB],
             [s.fit.predict(lo), s.fit.predict(hi)],
-            "-",
+            line,
             color=color,
             label=(
                 f"{s.name}: 1/β = {_fmt_number(s.fit.bytes_per_cycle)} B/cycle, "
@@ -905,7 +933,8 @@ def _render_plot(result: ExperimentResult) -> bytes:
                    if len(s.payload_bytes) > 2 else "")
             ),
         )
-        bottom.plot(kib, s.fit.residuals_cycles, "o-", color=color, linewidth=0.8)
+        bottom.plot(kib, s.fit.residuals_cycles, "o" + line, color=color, linewidth=0.8,
+                    **({"markerfacecolor": "none"} if line == "--" else {}))
     bottom.axhline(0.0, color="0.4", linewidth=0.8)
     top.set_title(textwrap.fill(result.title, 90 if many else 60), fontsize="medium")
     top.set_ylabel("elapsed cycles")

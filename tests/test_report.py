@@ -225,6 +225,34 @@ def test_error_pct_computed_when_missing(tmp_path):
     assert result.rows[0].met is False
 
 
+def test_a_baseline_series_is_drawn_in_its_series_colour(tmp_path, monkeypatch):
+    """B's one-way series (key ``baseline_for``) are dashed in the colour of
+    the both-ways series they are the baseline of."""
+    from matplotlib.figure import Figure
+
+    import sim.report as report
+
+    doc = _dsm_one_way()
+    doc["series"][1]["baseline_for"] = "load"
+    _write(tmp_path, doc)
+    (result,) = load_results(tmp_path)
+    assert [s.baseline_for for s in result.series] == [None, "load"]
+    drawn = []
+    real = Figure.subplots
+
+    def subplots(self, *args, **kwargs):
+        axes = real(self, *args, **kwargs)
+        drawn.append(axes[0])
+        return axes
+
+    monkeypatch.setattr(Figure, "subplots", subplots)
+    assert report._render_plot(result).startswith(PNG_MAGIC)
+    fits = [line for line in drawn[0].get_lines() if line.get_label().startswith(("load", "store"))]
+    assert [(line.get_label().split(":")[0], line.get_linestyle()) for line in fits] == [
+        ("load", "-"), ("store", "--")]
+    assert fits[0].get_color() == fits[1].get_color()
+
+
 def test_a_bound_from_the_seed_gives_no_error(tmp_path):
     """A row whose seed value is only its ceiling shows no error %, even where
     an older file gives one, and is judged by the bound; a two-sided row
@@ -278,6 +306,11 @@ def test_a_what_if_is_marked_where_its_rows_meet_the_seed(tmp_path):
         (lambda d: d.update(fabric="mesh"), r"key 'fabric' is 'mesh' but the file is in directory 'dsm'"),
         (lambda d: d.update(set="cpcs=2"), r"one_way\.json: top level: key 'set' must be a list of "
                                            r"FIELD=VALUE strings"),
+        (lambda d: d["series"][1].update(baseline_for="lod"),
+         r"one_way\.json: series\[1\]: key 'baseline_for' must name another series \('load'\), "
+         r"not 'lod'"),
+        (lambda d: d["series"][1].update(baseline_for="store"),
+         r"series\[1\]: key 'baseline_for' must name another series \('load'\), not 'store'"),
         # finite, so it passes the file's checks, but no plot scale holds it
         (lambda d: d["series"][0]["points"][0].update(cycles=1e308),
          r"one_way\.json: its numbers cannot be plotted \(OverflowError"),

@@ -249,6 +249,7 @@ class Series:
     payload_kib: tuple | None = None  # None: the configuration's sweep
     plane_enable: int | None = None
     placement: tuple = ()             # () : the configuration's (or the default)
+    baseline_for: str | None = None   # the series this one is the baseline of (plotted dashed)
 
 
 def _sizes(cfg, series):
@@ -468,7 +469,7 @@ EXPERIMENTS = {e.name: e for e in (
                       "command flit per 16 KiB.",)),
     Experiment("bidirectional", "B: bidirectional, 2 SMs, per direction",
                tuple(Series(k, _both_ways(k)) for k in KINDS)
-               + tuple(Series(k + _ONE_WAY_SUFFIX, _one_way(k)) for k in KINDS),
+               + tuple(Series(k + _ONE_WAY_SUFFIX, _one_way(k), baseline_for=k) for k in KINDS),
                _bidirectional_rows,
                notes=("Calibrated, not predicted: the load row sets vc_response_burst, the TMA "
                       "row and the 2-SM ring of D set ack_threshold_flits: one ACK per 40 flits costs "
@@ -729,13 +730,16 @@ def analyse(cfg: DsmConfig, experiment: Experiment, runs, results, simulator):
     first = {}
     for run in runs:
         first.setdefault(run["series"], run)
+    by_name = {s.name: s for s in experiment.series}
     # ns is the cycle count converted at sm_clock_ghz, not a second measurement.
     series = [{"name": name,
                "ranks_on_slots": first[name]["ranks"],
                "plane_enable": first[name]["plane_enable"],
                "points": [{"payload_bytes": b, "cycles": c, "ns": c / cfg.sm_clock_ghz}
                           for b, c in pts],
-               "fit": fits[name].to_json() if name in fits else None}
+               "fit": fits[name].to_json() if name in fits else None,
+               **({"baseline_for": by_name[name].baseline_for}
+                  if by_name[name].baseline_for else {})}
               for name, pts in points.items()]
     return {
         "fabric": "dsm", "experiment": experiment.name, "title": experiment.title,
