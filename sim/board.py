@@ -140,7 +140,7 @@ def build_on_board(block_name, board, build_dir, items=(), source=None):
 def main(argv=None):
     """``python -m sim.board``; returns the exit status (2 on bad input)."""
     from sim.cli import OneLineParser, UsageError, folder_option
-    from sim.synth import load_config_file
+    from sim.config_file import load_config_file
 
     parser = OneLineParser(prog="python -m sim.board", description=__doc__.split("\n\n")[0])
     parser.add_argument("block", metavar="BLOCK")
@@ -149,7 +149,7 @@ def main(argv=None):
     parser.add_argument("--config", metavar="FILE", help="TOML configuration (as fabricsim synth)")
     args = parser.parse_args(argv)
     try:
-        config = load_config_file(args.config) if args.config else {}
+        config = load_config_file(args.config, structural_only=True) if args.config else {}
         from sim.synth import BLOCKS
         fabric = BLOCKS[args.block].fabric if args.block in BLOCKS else None
         folder = build_on_board(args.block, args.board, args.build, config.get(fabric, ()),

@@ -1,13 +1,16 @@
 """``fabricsim``: list, run and report the fabrics' experiments.
 
     fabricsim list [FABRIC...]
-    fabricsim run NAME... [--set FIELD=VALUE]... [--sim verilator|icarus] [--waves] [--fresh]
+    fabricsim run NAME... [--config FILE] [--set FIELD=VALUE]... [--sim verilator|icarus]
+                  [--waves] [--fresh]
     fabricsim report
-    fabricsim sweep NAME --grid FIELD=V1,V2,... [--set FIELD=VALUE]... [--engine local|dask]
+    fabricsim sweep NAME --grid FIELD=V1,V2,... [--config FILE] [--set FIELD=VALUE]...
+                    [--engine local|dask]
     fabricsim synth [BLOCK...] [--config FILE] [--device ecp5|ice40] [--freq MHZ]
 
 NAME is a fabric (``dsm``, ``mesh``, ``pcie``), one experiment (``dsm.one_way``) or ``all``.
-``--set`` overrides any field of the fabric's configuration for a what-if;
+``--set`` overrides any field of the fabric's configuration for a what-if, and
+``--config FILE`` the fields of a TOML file (see :mod:`sim.config_file`);
 structural fields rebuild the RTL (cached by configuration), run-time fields
 only change the registers written per run.  ``run`` simulates up to
 ``--jobs`` experiments at once (default: one per CPU) and reuses the simulation
@@ -31,13 +34,14 @@ import threading
 import time
 from pathlib import Path
 
+from sim.config_file import load_config_file, with_config_items
 from sim.experiments import SetByExperiment
 
 __all__ = ["FieldSetByExperiment", "Job", "OneLineParser", "UsageError", "execute_job",
            "execute_or_error", "folder_option", "generate", "job_run_folders", "job_verilog",
-           "jobs_option", "longest_first", "main", "parse_overrides", "plan_job", "pool",
-           "progress_shown", "resolve_names", "runs_logged", "unknown_field",
-           "waited_text", "write_json_atomically"]
+           "jobs_option", "log_unused_tables", "longest_first", "main", "parse_overrides",
+           "plan_job", "pool", "progress_shown", "resolve_names", "runs_logged",
+           "unknown_field", "waited_text", "write_json_atomically"]
 
 FABRICS = ("dsm", "mesh", "pcie")
 
@@ -721,6 +725,36 @@ def longest_first(jobs, durations, key=lambda job: f"{job.fabric}.{job.name}"):
     return [j for j in jobs if key(j) not in durations] + timed
 
 
+def log_unused_tables(console, from_file, fabrics, done):
+    """Log the ``--config`` tables (``from_file``, as
+    :func:`sim.config_file.load_config_file` returns them) of fabrics not in
+    ``fabrics``: nothing of them is ``done`` (``"run"``, ``"synthesised"``)
+    here.  Called once the request has been checked, so that a refusal stays
+    one line."""
+    from rich.markup import escape
+
+    unused = [f for f in from_file if f not in fabrics]
+    if unused:
+        one = len(unused) == 1
+        console.log(escape(f"--config: {', '.join(f'[{f}]' for f in unused)} not used, "
+                           f"nothing of {'that fabric' if one else 'those fabrics'} is {done} "
+                           f"here; {'its' if one else 'their'} values were not checked"))
+
+
+def _refused_by_file(config_cls, source, fabric, file_items):
+    """The error naming the ``--config`` file ``source`` and its ``[fabric]``
+    table if ``config_cls`` refuses the file's ``file_items`` (those the
+    command line did not override) on their own, else None: asked once a
+    configuration has been refused, to say whether the file's values are why."""
+    if not file_items:
+        return None
+    try:
+        parse_overrides(config_cls, file_items)
+    except UsageError as error:
+        return UsageError(f"--config {source}: [{fabric}] {error}")
+    return None
+
+
 def _cmd_run(args):
     import concurrent.futures
 
@@ -731,6 +765,9 @@ def _cmd_run(args):
     pairs = resolve_names(args.names)
     fabrics = list(dict.fromkeys(f for f, _ in pairs))
     sets = _split_sets(fabrics, args.set)
+    from_file = load_config_file(args.config) if args.config else {}
+    for fabric in fabrics:
+        sets[fabric] = with_config_items(from_file.get(fabric, ()), sets[fabric])
     _resolve_simulator(args)
     # Every plan is built before anything is generated: bad input stops here.
     # An experiment that sets a --set field itself is refused when named on
@@ -741,7 +778,11 @@ def _cmd_run(args):
         # what every experiment of the fabric would refuse, once per fabric
         fab = _fabric(fabric)
         try:
-            cfg = parse_overrides(fab.config, sets[fabric])
+            try:
+                cfg = parse_overrides(fab.config, sets[fabric])
+            except UsageError as error:
+                kept = [i for i in from_file.get(fabric, ()) if i in sets[fabric]]
+                raise _refused_by_file(fab.config, args.config, fabric, kept) or error
             # (an experiment named alone gives its own reason, checked with it)
             if (fabric in named or "all" in named) \
                     and hasattr(fab.module, "check_fabric_overrides"):
@@ -751,7 +792,7 @@ def _cmd_run(args):
                 except ValueError as error:
                     raise UsageError(str(error)) from None
         except UsageError as error:
-            if len(fabrics) == 1:
+            if len(fabrics) == 1 or str(error).startswith("--config"):
                 raise
             # With several fabrics, say whose configuration refused the value.
             raise UsageError(f"{fabric}: {error}") from None
@@ -771,6 +812,7 @@ def _cmd_run(args):
         raise skipped[0]
     for error in skipped:
         console.log(f"skipped: {escape(str(error))}")
+    log_unused_tables(console, from_file, fabrics, "run")
     # ... and so does a folder the results or the builds cannot be written to.
     results_dir = Path(args.results)
     for job in jobs:
@@ -867,13 +909,27 @@ def _cmd_sweep(args):
 
     if args.scheduler is not None and args.engine != "dask":
         raise UsageError("--scheduler needs --engine dask")
+    console = Console(stderr=True, log_path=False)
+    from_file = {}
+    if args.config is not None:
+        # the file's fields of the swept fabric, held at every point
+        if args.name.startswith("synth."):
+            from sim import synth
+            fabrics = [synth.block_named(args.name.partition(".")[2]).fabric]
+        else:
+            fabrics = list(dict.fromkeys(f for f, _ in resolve_names([args.name])))
+        from_file = load_config_file(args.config,
+                                     structural_only=args.name.startswith("synth."))
+        args.set = with_config_items(from_file.get(fabrics[0], ()), args.set,
+                                     held=[g.partition("=")[0] for g in args.grid])
     if args.name.startswith("synth."):
         from sim import synth
+        if args.config is not None:
+            log_unused_tables(console, from_file, fabrics, "synthesised")
         if args.sim is not None:
             raise UsageError(f"--sim does not apply to {args.name} (synthesis runs Yosys and "
                              f"nextpnr, no simulator); leave it out, not {args.sim!r}")
         return synth.sweep(args)
-    console = Console(stderr=True, log_path=False)
     pairs = resolve_names([args.name])
     if len(pairs) != 1 or "." not in args.name:
         raise UsageError(f"NAME must be one experiment (fabric.experiment) or synth.BLOCK, "
@@ -881,7 +937,13 @@ def _cmd_sweep(args):
     fabric, name = pairs[0]
     grid = sweep.parse_grid(_fabric(fabric).config, args.grid)
     _resolve_simulator(args)
-    points = sweep.plan_sweep(fabric, name, grid, args.set)
+    try:
+        points = sweep.plan_sweep(fabric, name, grid, args.set)
+    except UsageError as error:
+        kept = [i for i in from_file.get(fabric, ()) if i in args.set]
+        raise _refused_by_file(_fabric(fabric).config, args.config, fabric, kept) or error
+    if args.config is not None:
+        log_unused_tables(console, from_file, [fabric], "run")
     results_dir = Path(args.results)
     run_root = Path(args.build) / "runs" / args.sim / "sweep" / f"{fabric}.{name}"
 
@@ -967,6 +1029,9 @@ def main(argv=None):
     run.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                      help="change a configuration field for a what-if (repeatable; "
                           "fabricsim list shows the fields)")
+    run.add_argument("--config", metavar="FILE",
+                     help="TOML file of configuration fields for a what-if: [dsm], [mesh], "
+                          "[pcie] tables (a --set of the same field wins)")
     run.add_argument("--sim", default=None,
                      help="simulator: verilator (the default, or $FABRICSIM_SIM) or icarus")
     run.add_argument("--waves", action="store_true", help="write a waveform per experiment")
@@ -985,6 +1050,9 @@ def main(argv=None):
                           "field); repeat for a product grid")
     swp.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                      help="a configuration field held at a value at every point (repeatable)")
+    swp.add_argument("--config", metavar="FILE",
+                     help="TOML file of configuration fields held at every point: [dsm], "
+                          "[mesh], [pcie] tables (a --set or --grid of the same field wins)")
     swp.add_argument("--sim", default=None,
                      help="simulator: verilator (the default, or $FABRICSIM_SIM) or icarus; "
                           "not for synth.BLOCK")

@@ -80,15 +80,15 @@ import re
 import subprocess
 import sys
 import time
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
+from sim.config_file import load_config_file, set_item
 from sim.toolchain import prepare_yowasp
 
 __all__ = ["BLOCKS", "DEVICES", "LARGE_DESIGN_LUTS", "LARGE_DESIGN_OPTIONS", "SMALL_BLOCKS",
            "SMALL_TOPS", "Block", "Device", "block_config", "block_config_from_file",
-           "block_named", "load_config_file", "main", "start_order", "synthesise",
+           "block_named", "main", "start_order", "synthesise",
            "tool_versions", "unit_name", "yowasp_tool"]
 
 
@@ -480,95 +480,6 @@ def _structural_fields(fabric):
     return [name for name, _ in _config_class(fabric)().structural()]
 
 
-def _flatten(value):
-    if isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _flatten(item)
-    else:
-        yield value
-
-
-def _set_item(field, value):
-    """``FIELD=VALUE`` as ``--set`` takes it: a list or tuple comma-separated,
-    nested ones flattened (a TOML ``placement = [[0, 0], [1, 0]]`` becomes
-    ``placement=0,0,1,0``)."""
-    if isinstance(value, (list, tuple)):
-        text = ",".join(map(str, _flatten(value)))
-    else:
-        text = str(value).lower() if isinstance(value, bool) else value
-    return f"{field}={text}"
-
-
-def _toml_kind_error(default, value):
-    """What a TOML ``value`` for a field whose default is ``default`` must be,
-    or ``None`` when its type fits (a string is no number, nor a number a
-    flag: the file's types are kept, not read as ``--set`` text)."""
-    if isinstance(default, bool):
-        return None if isinstance(value, bool) else "true or false"
-    if isinstance(default, int):
-        ok = isinstance(value, int) and not isinstance(value, bool)
-        return None if ok else "an integer"
-    if isinstance(default, float):
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        return None if ok else "a number"
-    if isinstance(default, tuple):
-        items = list(_flatten(value)) if isinstance(value, list) else None
-        numbers = all(isinstance(d, int) for d in _flatten(default))
-        if items is None or numbers and not all(isinstance(i, int) and not isinstance(i, bool)
-                                                for i in items):
-            return "an array of integers" if numbers else "an array"
-        return None
-    return None if isinstance(value, str) else "a string"
-
-
-def load_config_file(path):
-    """``{fabric: [FIELD=VALUE, ...]}`` from a TOML file of ``[dsm]``,
-    ``[mesh]`` and ``[pcie]`` tables.
-
-    Raises
-    ------
-    UsageError
-        If the file cannot be read, is not UTF-8 or not TOML, or has a table
-        that is not a fabric's, a field that is not one of its fabric's
-        structural fields (a run-time field changes no hardware), or a value
-        of the wrong TOML type (a string for a number, say).
-    """
-    from sim.cli import FABRICS, UsageError
-
-    try:
-        # utf-8-sig: a byte-order mark, which some editors write, is not TOML
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8-sig"))
-    except OSError as error:
-        raise UsageError(f"--config must be a readable TOML file, not {str(path)!r} "
-                         f"({error.strerror or error})") from None
-    except UnicodeDecodeError as error:
-        raise UsageError(f"--config must be a TOML file in UTF-8, not {str(path)!r} "
-                         f"(byte {error.start}: {error.reason})") from None
-    except tomllib.TOMLDecodeError as error:
-        raise UsageError(f"--config {path}: not valid TOML ({error})") from None
-    out = {}
-    for fabric, table in data.items():
-        if fabric not in FABRICS:
-            raise UsageError(f"--config tables must be among {', '.join(FABRICS)}, "
-                             f"not {fabric!r}")
-        if not isinstance(table, dict):
-            raise UsageError(f"--config {path}: {fabric} must be one table, [{fabric}], "
-                             f"not {type(table).__name__} {table!r}")
-        defaults = _config_class(fabric)()
-        fields = _structural_fields(fabric)
-        for name, value in table.items():
-            if name not in fields:
-                # run-time fields (cluster_size, say) change no hardware
-                raise UsageError(f"--config {path}: [{fabric}] fields must be among its "
-                                 f"structural ones, {', '.join(fields)}, not {name!r}")
-            kind = _toml_kind_error(getattr(defaults, name), value)
-            if kind is not None:
-                raise UsageError(f"--config {path}: [{fabric}] {name} must be {kind}, "
-                                 f"not {value!r}")
-        out[fabric] = [_set_item(k, v) for k, v in table.items()]
-    return out
-
-
 def block_config(block, items=()):
     """The structural configuration ``block`` is synthesised at: its fabric's
     default, then :data:`SMALL_TOPS` for a top or :data:`SMALL_BLOCKS` for a
@@ -583,7 +494,7 @@ def block_config(block, items=()):
     from sim.cli import parse_overrides
 
     fields = SMALL_TOPS[block.fabric] if block.top else SMALL_BLOCKS.get(block.name, {})
-    small = [_set_item(k, v) for k, v in fields.items()]
+    small = [set_item(k, v) for k, v in fields.items()]
     given = {i.partition("=")[0] for i in items}
     small = [s for s in small if s.partition("=")[0] not in given]
     return parse_overrides(_config_class(block.fabric), small + list(items)).hardware()
@@ -928,7 +839,7 @@ def plan(blocks=(), devices=(), config=None, source=None):
     """``[(block name, device name, items)]`` to run: every requested block (all
     by default) on every requested device it is marked for (all its devices
     by default), with the ``--config`` fields of its fabric (``config``, as
-    :func:`load_config_file` returns it, read from the file ``source``).
+    :func:`sim.config_file.load_config_file` returns it, read from the file ``source``).
 
     Raises
     ------
@@ -981,21 +892,18 @@ def main(args):
     from rich.markup import escape
     from rich.table import Table
 
-    from sim.cli import (DURATIONS_NAME, UsageError, _read_durations, _writable_folders, pool,
-                         progress_shown, waited_text, write_json_atomically)
+    from sim.cli import (DURATIONS_NAME, UsageError, _read_durations, _writable_folders,
+                         log_unused_tables, pool, progress_shown, waited_text,
+                         write_json_atomically)
     from sim.report import _count_text
 
     console = Console(stderr=True, log_path=False)
-    config = load_config_file(args.config) if args.config else {}
+    config = load_config_file(args.config, structural_only=True) if args.config else {}
     tasks = plan(args.blocks, [args.device] if args.device else [], config, args.config)
-    unused = sorted(set(config) - {BLOCKS[name].fabric for name, _, _ in tasks})
-    if unused:
-        # checked only as each block is built: another base would refuse
-        # values that suit the small tops, or accept ones that do not
-        console.log(escape(f"--config: {', '.join(f'[{f}]' for f in unused)} not used, no "
-                           f"block of ")
-                    + f"{'that fabric' if len(unused) == 1 else 'those fabrics'} is "
-                    f"synthesised here; its values were not checked")
+    # values are checked only as each block is built: another base would
+    # refuse values that suit the small tops, or accept ones that do not
+    log_unused_tables(console, config, {BLOCKS[name].fabric for name, _, _ in tasks},
+                      "synthesised")
     if args.freq is not None and not 1 <= args.freq <= 1000:
         raise UsageError(f"--freq must be a clock in MHz from 1 to 1000, not {args.freq:g}")
     if not args.timeout > 0:

@@ -266,6 +266,35 @@ def test_bad_input_is_refused_before_anything_is_built(tmp_path, capsys, argv, m
     assert not (tmp_path / "build").exists() and not (tmp_path / "results").exists()
 
 
+@pytest.mark.parametrize("command", [["run", "dsm.one_way"],
+                                     ["sweep", "dsm.one_way", "--grid", "ack_threshold_flits=40,20"]],
+                         ids=["run", "sweep"])
+@pytest.mark.parametrize(("text", "message"), [
+    pytest.param("[dsm]\nshaper_flit = 3\n",
+                 "{path}: [dsm] field must be one of cpcs,", id="unknown-field"),
+    pytest.param('[dsm]\nshaper_flits = "3"\n',
+                 "{path}: [dsm] shaper_flits must be an integer, not '3'", id="wrong-type"),
+    pytest.param("[dsm]\nshaper_flits = 0\n",
+                 "{path}: [dsm] shaper_flits must be a positive integer, not 0", id="refused"),
+    pytest.param("[nvlink]\nlanes = 4\n",
+                 "{path}: tables must be among dsm, mesh, pcie, not 'nvlink'", id="not-a-fabric"),
+    pytest.param("[dsm\n", "{path}: not valid TOML", id="not-toml"),
+])
+def test_a_bad_config_file_is_refused_before_anything_is_built(tmp_path, capsys, command, text,
+                                                               message):
+    path = tmp_path / "whatif.toml"
+    path.write_text(text + "[mesh]\nrouter_hop_mesh_cycles = 5\n" * text.startswith("[dsm]\n"))
+    status, err = _run(tmp_path, capsys, [*command, "--config", str(path)])
+    _assert_refused(status, err, "--config " + message.format(path=path))
+    assert not (tmp_path / "build").exists() and not (tmp_path / "results").exists()
+
+
+def test_a_missing_config_file_is_refused(tmp_path, capsys):
+    status, err = _run(tmp_path, capsys, ["run", "dsm", "--config", str(tmp_path / "no.toml")])
+    _assert_refused(status, err, f"--config must be a readable TOML file, not "
+                                 f"'{tmp_path / 'no.toml'}' (No such file or directory)")
+
+
 def test_there_are_at_least_25_cases():
     assert len(CASES) >= 25 and len({c[0] for c in CASES}) == len(CASES)
 

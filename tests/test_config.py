@@ -4,6 +4,7 @@ import pytest
 
 from hdl.hopper.config import DsmConfig
 from sim.cli import UsageError, main, parse_overrides, resolve_names
+from sim.config_file import load_config_file, with_config_items
 from sim.experiments import dsm
 
 
@@ -85,6 +86,27 @@ def test_set_parses_by_field_type():
     with pytest.raises(UsageError, match="payload_kib must be comma-separated numbers"):
         parse_overrides(DsmConfig, ["payload_kib=[16,32)"])
 
+
+
+def test_a_config_file_gives_set_items_and_the_command_line_wins(tmp_path):
+    """Any field (structural or run-time) in a TOML file, as --set items in
+    the file's order; a --set or a sweep's --grid of the same field wins."""
+    path = tmp_path / "whatif.toml"
+    path.write_text("[dsm]\nshaper_flits = 3\nshaper_cycles = 4\nshared_vc = true\n"
+                    "payload_kib = [16, 32]\n\n[mesh]\nplacement = [[0, 0], [1, 0]]\n"
+                    "mesh_cols = 2\nmesh_rows = 1\ncompute_shires = 2\n")
+    items = load_config_file(path)
+    assert items == {"dsm": ["shaper_flits=3", "shaper_cycles=4", "shared_vc=true",
+                             "payload_kib=16,32"],
+                     "mesh": ["placement=0,0,1,0", "mesh_cols=2", "mesh_rows=1",
+                              "compute_shires=2"]}
+    cfg = parse_overrides(DsmConfig, items["dsm"])
+    assert (cfg.shaper_flits, cfg.shaper_cycles, cfg.shared_vc, cfg.payload_kib) == (
+        3, 4, True, (16, 32))
+    assert with_config_items(items["dsm"], ["shaper_cycles=5"], held=["shared_vc"]) == [
+        "shaper_flits=3", "payload_kib=16,32", "shaper_cycles=5"]
+    with pytest.raises(UsageError, match=r"\[dsm\] fields must be among its structural ones"):
+        load_config_file(path, structural_only=True)
 
 @pytest.mark.parametrize("items,text", [
     (["nosuch=1"], "--set field must be one of"),

@@ -562,6 +562,19 @@ def test_a_rerun_reuses_the_simulation_and_gives_the_same_result(tmp_path, capsy
     # the result records the --set items, which the report marks as a what-if
     assert json.loads((first / name).read_text())["set"] == []
     assert json.loads((other / name).read_text())["set"] == ["switch_latency_cycles=120"]
+    # the same what-if from a --config file is the same run; its other
+    # fabric's table is logged as not used, and a --set wins over the file
+    capsys.readouterr()
+    for results, latency, extra in ((tmp_path / "r4", 120, []),
+                                    (tmp_path / "r5", 90, ["--set", "switch_latency_cycles=120"])):
+        whatif = tmp_path / f"{results.name}.toml"
+        whatif.write_text(f"[pcie]\nswitch_latency_cycles = {latency}\n\n[dsm]\nshaper_flits = 3\n")
+        assert main([*build, "--results", str(results), "run", "pcie.peer_copy",
+                     "--config", str(whatif), *extra]) == 0
+        err = capsys.readouterr().err
+        assert "simulation results reused (1 of 1 parts)" in err
+        assert "--config: [dsm] not used, nothing of that fabric is run here" in err
+        assert (results / name).read_text() == (other / name).read_text()
 
 
 def _checked_copies(cfg, runs, test_dir):

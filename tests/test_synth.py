@@ -10,6 +10,7 @@ from hdl.hopper.config import DsmConfig
 from hdl.pcie.config import PcieConfig
 from sim import synth
 from sim.cli import UsageError, main
+from sim.config_file import load_config_file
 from sim.report import _synth_section
 
 
@@ -127,7 +128,7 @@ def test_bad_synthesis_input_is_refused(tmp_path, capsys):
             "is built)" in capsys.readouterr().err)
     bad.write_text("[nvlink]\nx = 1\n")
     assert main(base + ["shaper", "--config", str(bad)]) == 2
-    assert "--config tables must be among dsm, mesh, pcie, not 'nvlink'" in capsys.readouterr().err
+    assert f"--config {bad}: tables must be among dsm, mesh, pcie, not 'nvlink'" in capsys.readouterr().err
     bad.write_text("[dsm]\nlink_bufer_flits = 4\n")
     assert main(base + ["shaper", "--config", str(bad)]) == 2
     assert (f"--config {bad}: [dsm] fields must be among " in (err := capsys.readouterr().err)
@@ -188,7 +189,7 @@ def test_a_config_table_is_checked_as_its_blocks_are_built():
 def test_a_config_file_may_start_with_a_byte_order_mark(tmp_path):
     path = tmp_path / "c.toml"
     path.write_bytes(b"\xef\xbb\xbf[dsm]\nflit_bytes = 16\n")
-    assert synth.load_config_file(path) == {"dsm": ["flit_bytes=16"]}
+    assert load_config_file(path, structural_only=True) == {"dsm": ["flit_bytes=16"]}
 
 
 def test_a_config_file_gives_a_placement_as_cells_or_flat(tmp_path):
@@ -197,7 +198,7 @@ def test_a_config_file_gives_a_placement_as_cells_or_flat(tmp_path):
     for text in ("placement = [[1, 0], [0, 0]]", "placement = [1, 0, 0, 0]"):
         path = tmp_path / "c.toml"
         path.write_text(f"[mesh]\nmesh_cols = 2\nmesh_rows = 1\n{text}\n")
-        cfg = synth.block_config(top, synth.load_config_file(path)["mesh"])
+        cfg = synth.block_config(top, load_config_file(path, structural_only=True)["mesh"])
         assert (cfg.mesh_cols, cfg.mesh_rows, cfg.placement) == (2, 1, ((1, 0), (0, 0)))
 
 
@@ -212,14 +213,15 @@ def test_the_small_blocks_are_synthesised_small_unless_the_config_file_says_othe
     assert shire.describe(cfg).startswith("2 neighbourhoods of 2, 8 B flits")
     path = tmp_path / "c.toml"
     path.write_text("[mesh]\nflit_bytes = 16\n")
-    assert shape(synth.block_config(shire, synth.load_config_file(path)["mesh"])) == (2, 2, 16)
+    items = load_config_file(path, structural_only=True)["mesh"]
+    assert shape(synth.block_config(shire, items)) == (2, 2, 16)
     assert shape(synth.block_config(synth.block_named("mesh_router"))) == (4, 8, 16)
     assert shape(synth.block_config(synth.block_named("mesh_top"))) == (1, 2, 8)
     endpoint = synth.block_named("sm_endpoint")
     assert synth.block_config(endpoint).smem_bytes == 96 * 1024
     assert "smem_bytes=98304" in endpoint.describe(synth.block_config(endpoint))
     path.write_text("[dsm]\nsmem_bytes = 65536\n")
-    dsm_items = synth.load_config_file(path)["dsm"]
+    dsm_items = load_config_file(path, structural_only=True)["dsm"]
     assert synth.block_config(endpoint, dsm_items).smem_bytes == 65536
     assert synth.block_config(endpoint, ["flit_bytes=16"]).smem_bytes == 96 * 1024
     assert synth.block_config(synth.block_named("ack_coalescer")).smem_bytes == \
