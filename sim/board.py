@@ -139,19 +139,21 @@ def build_on_board(block_name, board, build_dir, items=(), source=None):
 
 def main(argv=None):
     """``python -m sim.board``; returns the exit status (2 on bad input)."""
-    from sim.cli import OneLineParser, UsageError, folder_option
-    from sim.config_file import load_config_file
+    from sim.cli import GivenOnce, OneLineParser, UsageError, folder_option
+    from sim.config_file import check_structural, load_config_file
 
     parser = OneLineParser(prog="python -m sim.board", description=__doc__.split("\n\n")[0])
     parser.add_argument("block", metavar="BLOCK")
     parser.add_argument("--board", default="ulx3s-85f", help=f"one of {', '.join(BOARDS)}")
     parser.add_argument("--build", type=folder_option, default="build")
-    parser.add_argument("--config", metavar="FILE", help="TOML configuration (as fabricsim synth)")
+    parser.add_argument("--config", metavar="FILE", action=GivenOnce,
+                        help="TOML configuration (as fabricsim synth)")
     args = parser.parse_args(argv)
     try:
-        config = load_config_file(args.config, structural_only=True) if args.config else {}
+        config = load_config_file(args.config) if args.config is not None else {}
         from sim.synth import BLOCKS
         fabric = BLOCKS[args.block].fabric if args.block in BLOCKS else None
+        check_structural(config, [fabric] if fabric else [], args.config)
         folder = build_on_board(args.block, args.board, args.build, config.get(fabric, ()),
                                 args.config)
     except UsageError as error:

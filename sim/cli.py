@@ -34,14 +34,14 @@ import threading
 import time
 from pathlib import Path
 
-from sim.config_file import load_config_file, with_config_items
+from sim.config_file import load_config_file, refused_with_file, with_config_items
 from sim.experiments import SetByExperiment
 
-__all__ = ["FieldSetByExperiment", "Job", "OneLineParser", "UsageError", "execute_job",
-           "execute_or_error", "folder_option", "generate", "job_run_folders", "job_verilog",
-           "jobs_option", "log_unused_tables", "longest_first", "main", "parse_overrides",
-           "plan_job", "pool", "progress_shown", "resolve_names", "runs_logged",
-           "unknown_field", "waited_text", "write_json_atomically"]
+__all__ = ["FieldSetByExperiment", "GivenOnce", "Job", "OneLineParser", "UsageError",
+           "execute_job", "execute_or_error", "folder_option", "generate", "job_run_folders",
+           "job_verilog", "jobs_option", "log_unused_tables", "longest_first", "main",
+           "parse_overrides", "plan_job", "pool", "progress_shown", "resolve_names",
+           "runs_logged", "unknown_field", "waited_text", "write_json_atomically"]
 
 FABRICS = ("dsm", "mesh", "pcie")
 
@@ -81,6 +81,17 @@ class OneLineParser(argparse.ArgumentParser):
         status of bad input, for a check made after parsing."""
         print(f"{self._command()[0]}: error: {message}", file=sys.stderr)
         return 2
+
+
+class GivenOnce(argparse.Action):
+    """An option that takes one value and may be given once (``--config
+    FILE``): a second one is refused (exit 2) rather than silently
+    replacing the first, as ``--set`` refuses a field given twice."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, self.dest, None) is not None:
+            parser.error(f"{option_string} may be given once, not again as {values!r}")
+        setattr(namespace, self.dest, values)
 
 
 def _writable_folder(path, what):
@@ -738,21 +749,8 @@ def log_unused_tables(console, from_file, fabrics, done):
         one = len(unused) == 1
         console.log(escape(f"--config: {', '.join(f'[{f}]' for f in unused)} not used, "
                            f"nothing of {'that fabric' if one else 'those fabrics'} is {done} "
-                           f"here; {'its' if one else 'their'} values were not checked"))
-
-
-def _refused_by_file(config_cls, source, fabric, file_items):
-    """The error naming the ``--config`` file ``source`` and its ``[fabric]``
-    table if ``config_cls`` refuses the file's ``file_items`` (those the
-    command line did not override) on their own, else None: asked once a
-    configuration has been refused, to say whether the file's values are why."""
-    if not file_items:
-        return None
-    try:
-        parse_overrides(config_cls, file_items)
-    except UsageError as error:
-        return UsageError(f"--config {source}: [{fabric}] {error}")
-    return None
+                           f"here; {'its' if one else 'their'} field names and types were "
+                           f"checked, not {'its' if one else 'their'} values"))
 
 
 def _cmd_run(args):
@@ -764,11 +762,17 @@ def _cmd_run(args):
     console = Console(stderr=True, log_path=False)
     pairs = resolve_names(args.names)
     fabrics = list(dict.fromkeys(f for f, _ in pairs))
-    sets = _split_sets(fabrics, args.set)
-    from_file = load_config_file(args.config) if args.config else {}
-    for fabric in fabrics:
-        sets[fabric] = with_config_items(from_file.get(fabric, ()), sets[fabric])
+    given = _split_sets(fabrics, args.set)
+    from_file = load_config_file(args.config) if args.config is not None else {}
+    sets = {f: with_config_items(from_file.get(f, ()), given[f]) for f in fabrics}
     _resolve_simulator(args)
+
+    def blamed(error, fabric, check):
+        # the refusal names the --config file when its items are why
+        if sets[fabric] == given[fabric]:
+            return error
+        return refused_with_file(error, args.config, fabric, lambda: check(given[fabric]))
+
     # Every plan is built before anything is generated: bad input stops here.
     # An experiment that sets a --set field itself is refused when named on
     # its own and skipped when a whole fabric (or all) is run.
@@ -777,42 +781,39 @@ def _cmd_run(args):
     for fabric in fabrics:
         # what every experiment of the fabric would refuse, once per fabric
         fab = _fabric(fabric)
-        try:
-            try:
-                cfg = parse_overrides(fab.config, sets[fabric])
-            except UsageError as error:
-                kept = [i for i in from_file.get(fabric, ()) if i in sets[fabric]]
-                raise _refused_by_file(fab.config, args.config, fabric, kept) or error
+
+        def check_fabric(items, fab=fab, fabric=fabric):
+            cfg = parse_overrides(fab.config, items)
             # (an experiment named alone gives its own reason, checked with it)
             if (fabric in named or "all" in named) \
                     and hasattr(fab.module, "check_fabric_overrides"):
-                explicit = {item.partition("=")[0] for item in sets[fabric]}
                 try:
-                    fab.module.check_fabric_overrides(cfg, explicit)
+                    fab.module.check_fabric_overrides(cfg, {i.partition("=")[0] for i in items})
                 except ValueError as error:
                     raise UsageError(str(error)) from None
+
+        try:
+            check_fabric(sets[fabric])
         except UsageError as error:
+            error = blamed(error, fabric, check_fabric)
             if len(fabrics) == 1 or str(error).startswith("--config"):
-                raise
+                raise error from None
             # With several fabrics, say whose configuration refused the value.
             raise UsageError(f"{fabric}: {error}") from None
     for fabric, name in pairs:
         try:
             jobs.append(plan_job(fabric, name, sets[fabric]))
-        except FieldSetByExperiment as error:
-            if f"{fabric}.{name}" in named:
-                raise
-            skipped.append(error)
         except UsageError as error:
+            error = blamed(error, fabric, lambda items, f=fabric, n=name: plan_job(f, n, items))
             if f"{fabric}.{name}" in named:
-                raise
+                raise error from None
+            if isinstance(error, FieldSetByExperiment):
+                skipped.append(error)
+                continue
             # run as part of a whole fabric: say which experiment refused it
             raise UsageError(f"{fabric}.{name}: {error}") from None
     if not jobs:
         raise skipped[0]
-    for error in skipped:
-        console.log(f"skipped: {escape(str(error))}")
-    log_unused_tables(console, from_file, fabrics, "run")
     # ... and so does a folder the results or the builds cannot be written to.
     results_dir = Path(args.results)
     for job in jobs:
@@ -827,6 +828,10 @@ def _cmd_run(args):
                              *((results_dir / f, "--results")
                                for f in dict.fromkeys(j.fabric for j in jobs)),
                              (Path(args.build), "--build"))
+    # said once the request is accepted, so that a refusal stays one line
+    for error in skipped:
+        console.log(f"skipped: {escape(str(error))}")
+    log_unused_tables(console, from_file, fabrics, "run")
     run_root = Path(args.build) / "runs" / args.sim
     builds = list(dict.fromkeys(b for job in jobs for b in job_verilog(job)))
     failed = False
@@ -910,40 +915,30 @@ def _cmd_sweep(args):
     if args.scheduler is not None and args.engine != "dask":
         raise UsageError("--scheduler needs --engine dask")
     console = Console(stderr=True, log_path=False)
-    from_file = {}
-    if args.config is not None:
-        # the file's fields of the swept fabric, held at every point
-        if args.name.startswith("synth."):
-            from sim import synth
-            fabrics = [synth.block_named(args.name.partition(".")[2]).fabric]
-        else:
-            fabrics = list(dict.fromkeys(f for f, _ in resolve_names([args.name])))
-        from_file = load_config_file(args.config,
-                                     structural_only=args.name.startswith("synth."))
-        args.set = with_config_items(from_file.get(fabrics[0], ()), args.set,
-                                     held=[g.partition("=")[0] for g in args.grid])
+    # the fields of the --config file's table of the swept fabric are held at
+    # every point, unless a --set or --grid gives them
+    from_file = load_config_file(args.config) if args.config is not None else {}
     if args.name.startswith("synth."):
         from sim import synth
-        if args.config is not None:
-            log_unused_tables(console, from_file, fabrics, "synthesised")
         if args.sim is not None:
             raise UsageError(f"--sim does not apply to {args.name} (synthesis runs Yosys and "
                              f"nextpnr, no simulator); leave it out, not {args.sim!r}")
-        return synth.sweep(args)
+        return synth.sweep(args, from_file)
     pairs = resolve_names([args.name])
     if len(pairs) != 1 or "." not in args.name:
         raise UsageError(f"NAME must be one experiment (fabric.experiment) or synth.BLOCK, "
                          f"not {args.name!r}")
     fabric, name = pairs[0]
     grid = sweep.parse_grid(_fabric(fabric).config, args.grid)
+    held = with_config_items(from_file.get(fabric, ()), args.set, [f for f, _ in grid])
     _resolve_simulator(args)
     try:
-        points = sweep.plan_sweep(fabric, name, grid, args.set)
+        points = sweep.plan_sweep(fabric, name, grid, held)
     except UsageError as error:
-        kept = [i for i in from_file.get(fabric, ()) if i in args.set]
-        raise _refused_by_file(_fabric(fabric).config, args.config, fabric, kept) or error
-    if args.config is not None:
-        log_unused_tables(console, from_file, [fabric], "run")
+        if held == args.set:
+            raise
+        raise refused_with_file(error, args.config, fabric,
+                                lambda: sweep.plan_sweep(fabric, name, grid, args.set)) from None
     results_dir = Path(args.results)
     run_root = Path(args.build) / "runs" / args.sim / "sweep" / f"{fabric}.{name}"
 
@@ -956,6 +951,7 @@ def _cmd_sweep(args):
                              f"{'; '.join(quantities)}), not {args.metric!r}; the sweep "
                              f"stopped there")
     with sweep.outputs_checked(results_dir, f"{fabric}.{name}", args.build):
+        log_unused_tables(console, from_file, [fabric], "run")
         console.log(f"{fabric}.{name}: {len(points)} point{'s' * (len(points) != 1)} on "
                     f"{args.engine}"
                     + (f" ({escape(args.scheduler)})" if args.scheduler
@@ -965,7 +961,7 @@ def _cmd_sweep(args):
                                        engine=args.engine, jobs=args.jobs,
                                        scheduler=args.scheduler, progress=progress, check=check)
     table = sweep.sweep_table(points, outcomes)
-    path = sweep.write_sweep(results_dir, fabric, name, grid, args.set, args.sim, args.engine,
+    path = sweep.write_sweep(results_dir, fabric, name, grid, held, args.sim, args.engine,
                              table, args.metric)
     metric, chosen = sweep.metric_rows(table, args.metric)
     if args.metric is not None and not chosen and any("quantity" in r for r in table):
@@ -1029,7 +1025,7 @@ def main(argv=None):
     run.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                      help="change a configuration field for a what-if (repeatable; "
                           "fabricsim list shows the fields)")
-    run.add_argument("--config", metavar="FILE",
+    run.add_argument("--config", metavar="FILE", action=GivenOnce,
                      help="TOML file of configuration fields for a what-if: [dsm], [mesh], "
                           "[pcie] tables (a --set of the same field wins)")
     run.add_argument("--sim", default=None,
@@ -1050,7 +1046,7 @@ def main(argv=None):
                           "field); repeat for a product grid")
     swp.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                      help="a configuration field held at a value at every point (repeatable)")
-    swp.add_argument("--config", metavar="FILE",
+    swp.add_argument("--config", metavar="FILE", action=GivenOnce,
                      help="TOML file of configuration fields held at every point: [dsm], "
                           "[mesh], [pcie] tables (a --set or --grid of the same field wins)")
     swp.add_argument("--sim", default=None,
@@ -1069,7 +1065,7 @@ def main(argv=None):
                                        "block RAMs, Fmax")
     syn.add_argument("blocks", nargs="*", metavar="BLOCK",
                      help="blocks to synthesise (default: all; see sim.synth.BLOCKS)")
-    syn.add_argument("--config", metavar="FILE",
+    syn.add_argument("--config", metavar="FILE", action=GivenOnce,
                      help="TOML file of configuration fields: [dsm], [mesh], [pcie] tables")
     syn.add_argument("--device", metavar="DEVICE",
                      help="only this target: ecp5 or ice40 (default: each block's targets)")

@@ -11,11 +11,13 @@ configuration fields, one table per fabric.
     router_hop_mesh_cycles = 5
 
 ``fabricsim run``, ``fabricsim sweep``, ``fabricsim synth`` and
-``python -m sim.board`` take one with ``--config FILE`` (the last two only
-structural fields, which shape the hardware).  A field's value
+``python -m sim.board`` take one with ``--config FILE`` (synthesis, by
+``synth``, ``sweep synth.BLOCK`` or the board build, only structural fields,
+which shape the hardware, in the tables of the blocks it builds).  A field's value
 has the TOML type of its default (an integer, a number, ``true``/``false``,
-a string, or an array of integers, nested arrays flattened:
-``placement = [[0, 0], [1, 0]]``); the fields and their defaults are
+a string, or for a list field an array of numbers or of ``[x, y]`` pairs,
+flattened: ``placement = [[0, 0], [1, 0]]`` is ``--set placement=0,0,1,0``);
+the fields and their defaults are
 ``fabricsim list``'s.  A ``--set`` or ``--grid`` of the same field wins over
 the file's value.
 """
@@ -26,10 +28,12 @@ import dataclasses
 import tomllib
 from pathlib import Path
 
-__all__ = ["load_config_file", "set_item", "with_config_items"]
+__all__ = ["check_structural", "load_config_file", "refused_with_file", "set_item",
+           "with_config_items"]
 
 
 def _flatten(value):
+    # arrays are at most two deep (_toml_kind_error), so this recursion is short
     if isinstance(value, (list, tuple)):
         for item in value:
             yield from _flatten(item)
@@ -48,29 +52,42 @@ def set_item(field, value):
     return f"{field}={text}"
 
 
+def _is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _toml_kind_error(default, value):
     """What a TOML ``value`` for a field whose default is ``default`` must be,
     or ``None`` when its type fits (a string is no number, nor a number a
-    flag: the file's types are kept, not read as ``--set`` text)."""
+    flag: the file's types are kept, not read as ``--set`` text).  A tuple
+    field takes an array of numbers or of ``[x, y]`` pairs (a mesh
+    placement's cells), as ``--set`` takes numbers; the configuration then
+    judges them."""
     if isinstance(default, bool):
         return None if isinstance(value, bool) else "true or false"
     if isinstance(default, int):
-        ok = isinstance(value, int) and not isinstance(value, bool)
-        return None if ok else "an integer"
+        return None if _is_number(value) and isinstance(value, int) else "an integer"
     if isinstance(default, float):
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        return None if ok else "a number"
+        return None if _is_number(value) else "a number"
     if isinstance(default, tuple):
-        items = list(_flatten(value)) if isinstance(value, list) else None
-        numbers = all(isinstance(d, int) for d in _flatten(default))
-        if items is None or numbers and not all(isinstance(i, int) and not isinstance(i, bool)
-                                                for i in items):
-            return "an array of integers" if numbers else "an array"
-        return None
+        flat = isinstance(value, list) and all(_is_number(v) for v in value)
+        pairs = isinstance(value, list) and all(
+            isinstance(v, list) and len(v) == 2 and all(_is_number(n) for n in v) for v in value)
+        return None if flat or pairs else "an array of numbers or of [x, y] pairs"
     return None if isinstance(value, str) else "a string"
 
 
-def load_config_file(path, *, structural_only=False):
+def _toml_text(value):
+    """``value`` as TOML writes it (``true``, ``"16"``, ``[1, 2]``), for messages."""
+    import json
+
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return str(value)        # a date or time
+
+
+def load_config_file(path):
     """``{fabric: [FIELD=VALUE, ...]}`` from a TOML file of ``[dsm]``,
     ``[mesh]`` and ``[pcie]`` tables, in the file's order.
 
@@ -78,21 +95,31 @@ def load_config_file(path, *, structural_only=False):
     ----------
     path : str or Path
         The file.
-    structural_only : bool
-        Accept only the fields that shape the hardware (synthesis: a
-        run-time field, such as ``cluster_size``, changes no hardware).
+
+    Returns
+    -------
+    dict
+        Each table's fields as ``--set`` items (:func:`set_item`).  Their
+        values are checked where they are used, with the other fields given
+        (:func:`refused_with_file`); a tool that takes only structural fields
+        checks those of the tables it uses (:func:`check_structural`).
 
     Raises
     ------
     UsageError
-        If the file cannot be read, is not UTF-8 or not TOML, or has a table
-        that is not a fabric's, a field that is not one of its fabric's
-        (structural ones, with ``structural_only``), or a value of the wrong
-        TOML type (a string for a number, say).  Values are checked against
-        the configuration where they are used, with the other fields given.
+        If ``path`` is empty, the file cannot be read, is not UTF-8 or not
+        TOML, or has a table that is not a fabric's, a field that is not one
+        of its fabric's, or a value of the wrong TOML type (a string for a
+        number, say).
     """
     from sim.cli import FABRICS, UsageError, _fabric, unknown_field
 
+    if not str(path):
+        raise UsageError("--config must name a TOML file, not ''")
+    if Path(path).exists() and not Path(path).is_file():
+        # a folder, or a device or pipe that could be read without end
+        raise UsageError(f"--config must be a readable TOML file, not {str(path)!r} "
+                         f"(not a regular file)")
     try:
         # utf-8-sig: a byte-order mark, which some editors write, is not TOML
         data = tomllib.loads(Path(path).read_text(encoding="utf-8-sig"))
@@ -102,8 +129,11 @@ def load_config_file(path, *, structural_only=False):
     except UnicodeDecodeError as error:
         raise UsageError(f"--config must be a TOML file in UTF-8, not {str(path)!r} "
                          f"(byte {error.start}: {error.reason})") from None
-    except tomllib.TOMLDecodeError as error:
-        raise UsageError(f"--config {path}: not valid TOML ({error})") from None
+    except (ValueError, RecursionError) as error:
+        # TOMLDecodeError, an integer of thousands of digits, arrays nested
+        # hundreds deep
+        reason = str(error) or type(error).__name__
+        raise UsageError(f"--config {path}: not valid TOML ({reason})") from None
     out = {}
     for fabric, table in data.items():
         if fabric not in FABRICS:
@@ -114,21 +144,38 @@ def load_config_file(path, *, structural_only=False):
                              f"not {type(table).__name__} {table!r}")
         config_cls = _fabric(fabric).config
         defaults = config_cls()
-        structural = [name for name, _ in defaults.structural()]
         fields = {f.name for f in dataclasses.fields(config_cls)}
         for name, value in table.items():
-            if not structural_only and name not in fields:
+            if name not in fields:
                 raise unknown_field(f"--config {path}: [{fabric}]", config_cls, name)
-            if structural_only and name not in structural:
-                # run-time fields (cluster_size, say) change no hardware
-                raise UsageError(f"--config {path}: [{fabric}] fields must be among its "
-                                 f"structural ones, {', '.join(structural)}, not {name!r}")
             kind = _toml_kind_error(getattr(defaults, name), value)
             if kind is not None:
                 raise UsageError(f"--config {path}: [{fabric}] {name} must be {kind}, "
-                                 f"not {value!r}")
+                                 f"not {_toml_text(value)}")
         out[fabric] = [set_item(k, v) for k, v in table.items()]
     return out
+
+
+def check_structural(from_file, fabrics, source):
+    """Refuse a field of ``from_file`` (as :func:`load_config_file` returns
+    it, read from ``source``) that does not shape the hardware, in the
+    tables of ``fabrics``: synthesis takes only structural fields (a
+    run-time one, such as ``cluster_size``, changes no hardware).
+
+    Raises
+    ------
+    UsageError
+        Naming the file, the table, the field and the structural fields.
+    """
+    from sim.cli import UsageError, _fabric
+
+    for fabric in fabrics:
+        structural = [name for name, _ in _fabric(fabric).config().structural()]
+        for item in from_file.get(fabric, ()):
+            name = item.partition("=")[0]
+            if name not in structural:
+                raise UsageError(f"--config {source}: [{fabric}] fields must be among its "
+                                 f"structural ones, {', '.join(structural)}, not {name!r}")
 
 
 def with_config_items(file_items, items, held=()):
@@ -138,3 +185,19 @@ def with_config_items(file_items, items, held=()):
     wins over the file."""
     given = {i.partition("=")[0] for i in items} | set(held)
     return [i for i in file_items if i.partition("=")[0] not in given] + list(items)
+
+
+def refused_with_file(error, source, fabric, without_file):
+    """The refusal to report when a request with the ``--config`` file's
+    ``[fabric]`` items was refused with ``error`` (a ``UsageError``):
+    ``error`` itself, or, when the request passes without the file's items
+    (``without_file()``, which raises ``UsageError`` if it is refused too),
+    the same message naming the file and its table, as the same class.
+    """
+    from sim.cli import UsageError
+
+    try:
+        without_file()
+    except UsageError:
+        return error
+    return type(error)(f"--config {source}: [{fabric}] {error}")

@@ -225,6 +225,11 @@ def reference_is_bound(reference: float | None, *, minimum: float | None = None,
         The row's bounds on the model, in the same unit.
     tolerance_pct : float or None
         The row's tolerance around ``reference``, in percent.
+
+    Returns
+    -------
+    bool
+        Whether the row shows no error % against ``reference``.
     """
     return reference is not None and tolerance_pct is None and (
         (maximum == reference and minimum is None) or (minimum == reference and maximum is None))
@@ -242,6 +247,10 @@ def row_error_pct(model: float | None, reference: float | None, *,
     ----------
     model, reference : float or None
         The model's value and the seed's, in the row's unit.
+    minimum, maximum : float or None
+        The row's bounds on ``model``, in the same unit.
+    tolerance_pct : float or None
+        The row's tolerance around ``reference``, in percent.
 
     Returns
     -------

@@ -151,7 +151,9 @@ class ResultSeries:
     baseline_for : str or None
         Name of the series of the same experiment this one is the baseline
         of (key ``baseline_for``; e.g. B's one-way load for its both-ways
-        load): the fit plot draws it dashed, in that series' colour.
+        load): the fit plot of payload-indexed series draws it dashed, in
+        that series' colour (the plot of hop-indexed series draws it as any
+        other).
     """
 
     name: str

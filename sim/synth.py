@@ -83,7 +83,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sim.config_file import load_config_file, set_item
+from sim.config_file import (check_structural, load_config_file, refused_with_file, set_item,
+                              with_config_items)
 from sim.toolchain import prepare_yowasp
 
 __all__ = ["BLOCKS", "DEVICES", "LARGE_DESIGN_LUTS", "LARGE_DESIGN_OPTIONS", "SMALL_BLOCKS",
@@ -898,18 +899,19 @@ def main(args):
     from sim.report import _count_text
 
     console = Console(stderr=True, log_path=False)
-    config = load_config_file(args.config, structural_only=True) if args.config else {}
+    config = load_config_file(args.config) if args.config is not None else {}
     tasks = plan(args.blocks, [args.device] if args.device else [], config, args.config)
-    # values are checked only as each block is built: another base would
-    # refuse values that suit the small tops, or accept ones that do not
-    log_unused_tables(console, config, {BLOCKS[name].fabric for name, _, _ in tasks},
-                      "synthesised")
+    used = list(dict.fromkeys(BLOCKS[name].fabric for name, _, _ in tasks))
+    check_structural(config, used, args.config)
     if args.freq is not None and not 1 <= args.freq <= 1000:
         raise UsageError(f"--freq must be a clock in MHz from 1 to 1000, not {args.freq:g}")
     if not args.timeout > 0:
         raise UsageError(f"--timeout must be a positive number of seconds, not {args.timeout:g}")
     results_dir, build = Path(args.results), Path(args.build)
     _writable_folders((results_dir, "--results"), (build, "--build"))
+    # values are checked only as each block is built: another base would
+    # refuse values that suit the small tops, or accept ones that do not
+    log_unused_tables(console, config, used, "synthesised")
     rows = [None] * len(tasks)
     durations_path = build / "synth" / DURATIONS_NAME
     durations = _read_durations(durations_path)
@@ -970,24 +972,29 @@ SWEEP_QUANTITIES = (("luts", "LUTs", "LUTs"), ("ffs", "flip-flops", "FFs"),
                     ("brams", "block RAMs", "BRAMs"), ("fmax_mhz", "Fmax", "MHz"))
 
 
-def sweep(args):
+def sweep(args, from_file=None):
     """``fabricsim sweep synth.BLOCK --grid FIELD=...``: synthesise ``BLOCK`` at
     every point of the grid (on its first device) on the local pool or Dask,
     and write the sweep table (``results/sweep/synth.BLOCK.json``, ``.csv``,
     ``.png``) with one row per point and quantity (LUTs, flip-flops, block
-    RAMs, Fmax).  Returns the exit status (1 when a point failed).
+    RAMs, Fmax).  ``from_file`` is the ``--config`` file's tables
+    (:func:`sim.config_file.load_config_file`); the fields of ``BLOCK``'s
+    fabric are held at every point unless ``--set`` or ``--grid`` gives
+    them.  Returns the exit status (1 when a point failed).
 
     Raises
     ------
     UsageError
-        On an unknown block, field or value (naming the point).
+        On an unknown block, field or value (naming the point, and the
+        ``--config`` file where its value is why).
     """
     from rich.console import Console
     from rich.table import Table
 
     from sim import sweep as sweeps
-    from sim.cli import FABRICS, UsageError, _field_hint
+    from sim.cli import FABRICS, UsageError, _field_hint, log_unused_tables
 
+    from_file = from_file or {}
     name = args.name.partition(".")[2]
     if name not in BLOCKS:
         raise UsageError(f"NAME must be synth.BLOCK with BLOCK one of {', '.join(BLOCKS)}, "
@@ -999,21 +1006,34 @@ def sweep(args):
                          f"{args.name}, not {args.metric!r}")
     structural = _structural_fields(block.fabric)
     fields = [f.name for f in dataclasses.fields(_config_class(block.fabric))]
-    for field in [i.partition("=")[0] for i in [*args.grid, *args.set]]:
-        if field not in structural:
-            # a name that is no field at all gets the closest structural one
-            hint = "" if field in fields else _field_hint(
-                field, [block.fabric], {f: _structural_fields(f) for f in FABRICS})
-            raise UsageError(f"{args.name} takes only structural fields of {block.fabric} "
-                             f"(the others change no hardware): one of "
-                             f"{', '.join(structural)}, not {field!r}{hint}")
-    grid = sweeps.parse_grid(_config_class(block.fabric), args.grid)
-    points = [(point, tuple(items)) for point, items, _ in
-              sweeps.grid_points(grid, args.set, lambda items: block_config(block, items))]
+
+    def plan_points(held):
+        for field in [i.partition("=")[0] for i in [*args.grid, *held]]:
+            if field not in structural:
+                # a name that is no field at all gets the closest structural one
+                hint = "" if field in fields else _field_hint(
+                    field, [block.fabric], {f: _structural_fields(f) for f in FABRICS})
+                raise UsageError(f"{args.name} takes only structural fields of {block.fabric} "
+                                 f"(the others change no hardware): one of "
+                                 f"{', '.join(structural)}, not {field!r}{hint}")
+        grid = sweeps.parse_grid(_config_class(block.fabric), args.grid)
+        return grid, [(point, tuple(items)) for point, items, _ in
+                      sweeps.grid_points(grid, held, lambda items: block_config(block, items))]
+
+    held = with_config_items(from_file.get(block.fabric, ()), args.set,
+                             [g.partition("=")[0] for g in args.grid])
+    try:
+        grid, points = plan_points(held)
+    except UsageError as error:
+        if held == args.set:
+            raise
+        raise refused_with_file(error, args.config, block.fabric,
+                                lambda: plan_points(args.set)) from None
     console = Console(stderr=True, log_path=False)
     device = block.devices[0]
 
     with sweeps.outputs_checked(Path(args.results), f"synth.{name}", args.build):
+        log_unused_tables(console, from_file, [block.fabric], "synthesised")
         console.log(f"synth.{name}: {len(points)} points on {device}, {args.engine}")
         with sweeps.points_shown(console, f"synth.{name}", len(points)) as progress:
             outcomes = sweeps.map_tasks(
@@ -1030,7 +1050,7 @@ def sweep(args):
         for key, quantity, unit in SWEEP_QUANTITIES:
             table.append({"point": point, "quantity": quantity, "model": row[key],
                           "unit": unit, "met": None, "status": row["status"]})
-    path = sweeps.write_sweep(Path(args.results), "synth", name, grid, args.set, device,
+    path = sweeps.write_sweep(Path(args.results), "synth", name, grid, held, device,
                               args.engine, table, args.metric)
     shown = Table(title=f"synth.{name} on {device}")
     for col in [f for f, _ in grid] + ["LUTs", "FFs", "BRAMs", "Fmax MHz", "status"]:

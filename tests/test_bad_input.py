@@ -273,26 +273,111 @@ def test_bad_input_is_refused_before_anything_is_built(tmp_path, capsys, argv, m
     pytest.param("[dsm]\nshaper_flit = 3\n",
                  "{path}: [dsm] field must be one of cpcs,", id="unknown-field"),
     pytest.param('[dsm]\nshaper_flits = "3"\n',
-                 "{path}: [dsm] shaper_flits must be an integer, not '3'", id="wrong-type"),
+                 "{path}: [dsm] shaper_flits must be an integer, not \"3\"", id="wrong-type"),
     pytest.param("[dsm]\nshaper_flits = 0\n",
-                 "{path}: [dsm] shaper_flits must be a positive integer, not 0", id="refused"),
+                 "{path}: [dsm] {point}shaper_flits must be a positive integer, not 0",
+                 id="refused"),
     pytest.param("[nvlink]\nlanes = 4\n",
                  "{path}: tables must be among dsm, mesh, pcie, not 'nvlink'", id="not-a-fabric"),
     pytest.param("[dsm\n", "{path}: not valid TOML", id="not-toml"),
+    pytest.param("[dsm]\nshaper_flits = 1" + "0" * 5000 + "\n",
+                 "{path}: not valid TOML (Exceeds the limit", id="huge-integer"),
+    pytest.param("[dsm]\nplacement = " + "[" * 1000 + "]" * 1000 + "\n",
+                 "{path}: not valid TOML (maximum recursion depth", id="nested-deep"),
+    pytest.param("[dsm]\npayload_kib = [[16], [32, [48]]]\n",
+                 "{path}: [dsm] payload_kib must be an array of numbers or of [x, y] pairs, "
+                 "not [[16], [32, [48]]]", id="nested-arrays"),
+    pytest.param("[dsm]\nshared_vc = 1979-05-27\n",
+                 "{path}: [dsm] shared_vc must be true or false, not 1979-05-27", id="a-date"),
 ])
 def test_a_bad_config_file_is_refused_before_anything_is_built(tmp_path, capsys, command, text,
                                                                message):
     path = tmp_path / "whatif.toml"
     path.write_text(text + "[mesh]\nrouter_hop_mesh_cycles = 5\n" * text.startswith("[dsm]\n"))
     status, err = _run(tmp_path, capsys, [*command, "--config", str(path)])
-    _assert_refused(status, err, "--config " + message.format(path=path))
+    point = "sweep point ack_threshold_flits=40: " if command[0] == "sweep" else ""
+    _assert_refused(status, err, "--config " + message.format(path=path, point=point))
     assert not (tmp_path / "build").exists() and not (tmp_path / "results").exists()
 
 
-def test_a_missing_config_file_is_refused(tmp_path, capsys):
-    status, err = _run(tmp_path, capsys, ["run", "dsm", "--config", str(tmp_path / "no.toml")])
-    _assert_refused(status, err, f"--config must be a readable TOML file, not "
-                                 f"'{tmp_path / 'no.toml'}' (No such file or directory)")
+@pytest.mark.parametrize(("argv", "text", "message"), [
+    # a bad value in the one table of several that a run uses
+    pytest.param(["run", "all"], "[dsm]\nshaper_flits = 3\n[mesh]\nflit_bytes = 24\n",
+                 "{path}: [mesh] flit_bytes must be one of", id="run-all"),
+    # refused by an experiment, not the fabric: still the file's value
+    pytest.param(["run", "dsm.topology"], "[dsm]\npayload_kib = [16, 32]\n",
+                 "{path}: [dsm] payload_kib must be left unset for dsm.topology",
+                 id="set-by-the-experiment"),
+    # only the value the --set did not override is the file's fault, and the
+    # message is the configuration's, with the other fields given
+    pytest.param(["run", "dsm.one_way", "--set", "shaper_cycles=6"],
+                 "[dsm]\nshaper_flits = 7\n",
+                 "{path}: [dsm] shaper_flits must be at most shaper_cycles (6), not 7",
+                 id="with-a-set"),
+    pytest.param(["run", "dsm.one_way", "--set", "shaper_cycles=6", "--set",
+                  "ack_threshold_flits=-1"], "[dsm]\nshaper_flits = 5\n",
+                 "ack_threshold_flits must be", id="the-set-is-wrong"),
+    pytest.param(["sweep", "synth.shaper", "--grid", "flit_bytes=16,32"],
+                 "[dsm]\ncluster_size = 4\n",
+                 "{path}: [dsm] synth.shaper takes only structural fields of dsm",
+                 id="synth-sweep-run-time-field"),
+    pytest.param(["sweep", "synth.shaper", "--grid", "request_queue_flits=8,16"],
+                 "[dsm]\nflit_bytes = 7\n",
+                 "{path}: [dsm] sweep point request_queue_flits=8: flit_bytes must be one of",
+                 id="synth-sweep-bad-value"),
+    pytest.param(["synth", "mesh_router"], "[mesh]\nminion_mhz = 500.0\n",
+                 "{path}: [mesh] fields must be among its structural ones",
+                 id="synth-run-time-field"),
+])
+def test_a_refusal_names_the_config_file_where_its_values_are_why(tmp_path, capsys, argv, text,
+                                                                  message):
+    path = tmp_path / "whatif.toml"
+    path.write_text(text)
+    status, err = _run(tmp_path, capsys, [*argv, "--config", str(path)])
+    _assert_refused(status, err, message.format(path=f"--config {path}")
+                    if message.startswith("{path}") else message)
+    assert not (tmp_path / "build").exists() and not (tmp_path / "results").exists()
+
+
+#: A table a command does not use holds a value no fabric takes (mesh's
+#: flit_bytes 24) or, for synthesis, a run-time field (dsm's cluster_size).
+_UNUSED_TABLES = {"run": "[mesh]\nflit_bytes = 24\n", "synth": "[dsm]\ncluster_size = 4\n"}
+
+
+@pytest.mark.parametrize(("argv", "text"), [
+    (["run", "dsm.one_way", "--set", "shaper_flits=2"], "[dsm]\nshaper_flits = 0\n"),
+    (["sweep", "dsm.one_way", "--grid", "shaper_flits=1,2"], "[dsm]\nshaper_flits = 0\n"),
+    (["sweep", "synth.mesh_router", "--grid", "flit_bytes=16,32"], "[mesh]\nflit_bytes = 7\n"),
+    (["synth", "mesh_router"], "[mesh]\nflit_bytes = 16\n"),
+], ids=["run", "sweep", "synth-sweep", "synth"])
+def test_a_config_file_is_taken_as_far_as_a_later_refusal_without_a_line_more(tmp_path, capsys,
+                                                                               argv, text):
+    """The file's bad value is overridden (by --set or --grid), its table of
+    a fabric the command does not use is not checked, and its 'not used'
+    line would come only once the request is accepted: the results folder,
+    a file here, is the one refusal."""
+    path = tmp_path / "whatif.toml"
+    path.write_text(text + _UNUSED_TABLES["synth" if "synth" in " ".join(argv) else "run"])
+    results = tmp_path / "a-file"
+    results.write_text("not a folder\n")
+    status, err = _run(tmp_path, capsys, [*argv, "--config", str(path)], results=results)
+    _assert_refused(status, err, "--results must ")
+
+
+@pytest.mark.parametrize(("given", "message"), [
+    (["no.toml"], "--config must be a readable TOML file, not '{tmp}/no.toml' (No such file "
+                  "or directory)"),
+    ([""], "--config must name a TOML file, not ''"),
+    (["."], "--config must be a readable TOML file, not '{tmp}' (not a regular file)"),
+    (["a.toml", "b.toml"], "--config may be given once, not again as '{tmp}/b.toml'"),
+], ids=["missing", "empty", "a-folder", "twice"])
+def test_a_config_file_that_cannot_be_read_is_refused(tmp_path, capsys, given, message):
+    argv = ["run", "dsm"]
+    for name in given:
+        argv += ["--config", str(tmp_path / name) if name else ""]
+    status, err = _run(tmp_path, capsys, argv)
+    _assert_refused(status, err, message.format(tmp=tmp_path))
+    assert not (tmp_path / "build").exists() and not (tmp_path / "results").exists()
 
 
 def test_there_are_at_least_25_cases():

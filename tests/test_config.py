@@ -4,7 +4,7 @@ import pytest
 
 from hdl.hopper.config import DsmConfig
 from sim.cli import UsageError, main, parse_overrides, resolve_names
-from sim.config_file import load_config_file, with_config_items
+from sim.config_file import check_structural, load_config_file, with_config_items
 from sim.experiments import dsm
 
 
@@ -87,7 +87,6 @@ def test_set_parses_by_field_type():
         parse_overrides(DsmConfig, ["payload_kib=[16,32)"])
 
 
-
 def test_a_config_file_gives_set_items_and_the_command_line_wins(tmp_path):
     """Any field (structural or run-time) in a TOML file, as --set items in
     the file's order; a --set or a sweep's --grid of the same field wins."""
@@ -106,7 +105,9 @@ def test_a_config_file_gives_set_items_and_the_command_line_wins(tmp_path):
     assert with_config_items(items["dsm"], ["shaper_cycles=5"], held=["shared_vc"]) == [
         "shaper_flits=3", "payload_kib=16,32", "shaper_cycles=5"]
     with pytest.raises(UsageError, match=r"\[dsm\] fields must be among its structural ones"):
-        load_config_file(path, structural_only=True)
+        check_structural(items, ["mesh", "dsm"], path)
+    check_structural(items, ["mesh"], path)
+
 
 @pytest.mark.parametrize("items,text", [
     (["nosuch=1"], "--set field must be one of"),

@@ -131,8 +131,8 @@ def test_bad_synthesis_input_is_refused(tmp_path, capsys):
     assert f"--config {bad}: tables must be among dsm, mesh, pcie, not 'nvlink'" in capsys.readouterr().err
     bad.write_text("[dsm]\nlink_bufer_flits = 4\n")
     assert main(base + ["shaper", "--config", str(bad)]) == 2
-    assert (f"--config {bad}: [dsm] fields must be among " in (err := capsys.readouterr().err)
-            and "not 'link_bufer_flits'" in err), err
+    assert (f"--config {bad}: [dsm] field must be one of " in (err := capsys.readouterr().err)
+            and "not 'link_bufer_flits' (did you mean link_buffer_flits?)" in err), err
     bad.write_bytes("[dsm]\nflit_bytes = 16\n".encode("utf-16"))
     assert main(base + ["shaper", "--config", str(bad)]) == 2
     assert (f"--config must be a TOML file in UTF-8, not {str(bad)!r} (byte 0: invalid start "
@@ -142,11 +142,11 @@ def test_bad_synthesis_input_is_refused(tmp_path, capsys):
     assert "not valid TOML" in capsys.readouterr().err
     # The file's types are kept: a string is no number, a flag no number.
     for table, text, message in (
-            ("dsm", 'flit_bytes = "16"', "flit_bytes must be an integer, not '16'"),
-            ("dsm", "flit_bytes = true", "flit_bytes must be an integer, not True"),
-            ("mesh", "placement = 3", "placement must be an array of integers, not 3"),
+            ("dsm", 'flit_bytes = "16"', 'flit_bytes must be an integer, not "16"'),
+            ("dsm", "flit_bytes = true", "flit_bytes must be an integer, not true"),
+            ("mesh", "placement = 3", "placement must be an array of numbers or of [x, y] pairs, not 3"),
             ("mesh", "placement = [true, false]",
-             "placement must be an array of integers, not [True, False]")):
+             "placement must be an array of numbers or of [x, y] pairs, not [true, false]")):
         bad.write_text(f"[{table}]\n{text}\n")
         assert main(base + ["shaper", "--config", str(bad)]) == 2
         assert f"--config {bad}: [{table}] {message}" in capsys.readouterr().err
@@ -189,7 +189,7 @@ def test_a_config_table_is_checked_as_its_blocks_are_built():
 def test_a_config_file_may_start_with_a_byte_order_mark(tmp_path):
     path = tmp_path / "c.toml"
     path.write_bytes(b"\xef\xbb\xbf[dsm]\nflit_bytes = 16\n")
-    assert load_config_file(path, structural_only=True) == {"dsm": ["flit_bytes=16"]}
+    assert load_config_file(path) == {"dsm": ["flit_bytes=16"]}
 
 
 def test_a_config_file_gives_a_placement_as_cells_or_flat(tmp_path):
@@ -198,7 +198,7 @@ def test_a_config_file_gives_a_placement_as_cells_or_flat(tmp_path):
     for text in ("placement = [[1, 0], [0, 0]]", "placement = [1, 0, 0, 0]"):
         path = tmp_path / "c.toml"
         path.write_text(f"[mesh]\nmesh_cols = 2\nmesh_rows = 1\n{text}\n")
-        cfg = synth.block_config(top, load_config_file(path, structural_only=True)["mesh"])
+        cfg = synth.block_config(top, load_config_file(path)["mesh"])
         assert (cfg.mesh_cols, cfg.mesh_rows, cfg.placement) == (2, 1, ((1, 0), (0, 0)))
 
 
@@ -213,7 +213,7 @@ def test_the_small_blocks_are_synthesised_small_unless_the_config_file_says_othe
     assert shire.describe(cfg).startswith("2 neighbourhoods of 2, 8 B flits")
     path = tmp_path / "c.toml"
     path.write_text("[mesh]\nflit_bytes = 16\n")
-    items = load_config_file(path, structural_only=True)["mesh"]
+    items = load_config_file(path)["mesh"]
     assert shape(synth.block_config(shire, items)) == (2, 2, 16)
     assert shape(synth.block_config(synth.block_named("mesh_router"))) == (4, 8, 16)
     assert shape(synth.block_config(synth.block_named("mesh_top"))) == (1, 2, 8)
@@ -221,7 +221,7 @@ def test_the_small_blocks_are_synthesised_small_unless_the_config_file_says_othe
     assert synth.block_config(endpoint).smem_bytes == 96 * 1024
     assert "smem_bytes=98304" in endpoint.describe(synth.block_config(endpoint))
     path.write_text("[dsm]\nsmem_bytes = 65536\n")
-    dsm_items = load_config_file(path, structural_only=True)["dsm"]
+    dsm_items = load_config_file(path)["dsm"]
     assert synth.block_config(endpoint, dsm_items).smem_bytes == 65536
     assert synth.block_config(endpoint, ["flit_bytes=16"]).smem_bytes == 96 * 1024
     assert synth.block_config(synth.block_named("ack_coalescer")).smem_bytes == \
