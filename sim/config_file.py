@@ -11,15 +11,14 @@ configuration fields, one table per fabric.
     router_hop_mesh_cycles = 5
 
 ``fabricsim run``, ``fabricsim sweep``, ``fabricsim synth`` and
-``python -m sim.board`` take one with ``--config FILE`` (synthesis, by
-``synth``, ``sweep synth.BLOCK`` or the board build, only structural fields,
-which shape the hardware, in the tables of the blocks it builds).  A field's value
+``python -m sim.board`` take one with ``--config FILE``; synthesis (``synth``,
+``sweep synth.BLOCK``, the board build) takes only structural fields, which
+shape the hardware, in the tables of the blocks it builds.  A field's value
 has the TOML type of its default (an integer, a number, ``true``/``false``,
 a string, or for a list field an array of numbers or of ``[x, y]`` pairs,
 flattened: ``placement = [[0, 0], [1, 0]]`` is ``--set placement=0,0,1,0``);
-the fields and their defaults are
-``fabricsim list``'s.  A ``--set`` or ``--grid`` of the same field wins over
-the file's value.
+the fields and their defaults are ``fabricsim list``'s.  A ``--set`` or
+``--grid`` of the same field wins over the file's value.
 """
 
 from __future__ import annotations
