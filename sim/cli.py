@@ -39,7 +39,7 @@ from sim.experiments import SetByExperiment
 
 __all__ = ["FieldSetByExperiment", "GivenOnce", "Job", "OneLineParser", "UsageError",
            "execute_job", "execute_or_error", "folder_option", "generate", "job_run_folders",
-           "job_verilog", "jobs_option", "log_unused_tables", "longest_first", "main",
+           "job_verilog", "jobs_option", "log_config_tables", "longest_first", "main",
            "parse_overrides", "plan_job", "pool", "progress_shown", "resolve_names",
            "runs_logged", "unknown_field", "waited_text", "write_json_atomically"]
 
@@ -736,15 +736,23 @@ def longest_first(jobs, durations, key=lambda job: f"{job.fabric}.{job.name}"):
     return [j for j in jobs if key(j) not in durations] + timed
 
 
-def log_unused_tables(console, from_file, fabrics, done):
-    """Log the ``--config`` tables (``from_file``, as
-    :func:`sim.config_file.load_config_file` returns them) of fabrics not in
-    ``fabrics``: nothing of them is ``done`` (``"run"``, ``"synthesised"``)
-    here.  Called once the request has been checked, so that a refusal stays
-    one line."""
+def log_config_tables(console, source, from_file, taken, done):
+    """Log what the ``--config`` file ``source`` gave: for each fabric of
+    ``taken`` (``{fabric: items}``) the items of its table that were used
+    (a ``--set`` or ``--grid`` of a field wins over the file), then the
+    tables (``from_file``, as :func:`sim.config_file.load_config_file`
+    returns them) of other fabrics as not used, nothing of them being
+    ``done`` (``"run"``, ``"synthesised"``) here.  Called once the request
+    has been checked, so that a refusal stays one line."""
     from rich.markup import escape
 
-    unused = [f for f in from_file if f not in fabrics]
+    for fabric, items in taken.items():
+        if from_file.get(fabric):
+            used = [i for i in from_file[fabric] if i in items]
+            console.log(escape(f"--config {source}: [{fabric}] "
+                               + (", ".join(used) if used else
+                                  "nothing used, the command line gives every field")))
+    unused = [f for f in from_file if f not in taken]
     if unused:
         one = len(unused) == 1
         console.log(escape(f"--config: {', '.join(f'[{f}]' for f in unused)} not used, "
@@ -831,7 +839,7 @@ def _cmd_run(args):
     # said once the request is accepted, so that a refusal stays one line
     for error in skipped:
         console.log(f"skipped: {escape(str(error))}")
-    log_unused_tables(console, from_file, fabrics, "run")
+    log_config_tables(console, args.config, from_file, sets, "run")
     run_root = Path(args.build) / "runs" / args.sim
     builds = list(dict.fromkeys(b for job in jobs for b in job_verilog(job)))
     failed = False
@@ -951,7 +959,7 @@ def _cmd_sweep(args):
                              f"{'; '.join(quantities)}), not {args.metric!r}; the sweep "
                              f"stopped there")
     with sweep.outputs_checked(results_dir, f"{fabric}.{name}", args.build):
-        log_unused_tables(console, from_file, [fabric], "run")
+        log_config_tables(console, args.config, from_file, {fabric: held}, "run")
         console.log(f"{fabric}.{name}: {len(points)} point{'s' * (len(points) != 1)} on "
                     f"{args.engine}"
                     + (f" ({escape(args.scheduler)})" if args.scheduler

@@ -960,8 +960,9 @@ def _experiment_section(result: ExperimentResult, results_dir: Path) -> list[str
     lines.append(f"`{result.fabric}/{result.path.name}` · simulator: {result.simulator}")
     lines.append("")
     if result.what_if:
-        sets = " ".join(f"`--set {item}`" for item in result.what_if)
-        lines += [f"**What-if:** run with {sets}. The seed's numbers were measured on the "
+        sets = " ".join(f"`{item}`" for item in result.what_if)
+        lines += [f"**What-if:** run with {sets} (by `--set` or `--config`). The seed's "
+                  "numbers were measured on the "
                   "chip as it is, so the error column shows how far the change moves the "
                   "model from them. The notes below are written for the seed's values and "
                   "may not hold for these.", ""]
@@ -1065,7 +1066,11 @@ def write_report(results_dir: Path) -> Path:
         "# fabricsim report",
         "",
         f"Generated {generated} · simulator: {simulators} · "
-        f"{len(results)} experiment{'s' * (len(results) != 1)}, {total_text} rows met",
+        f"{len(results)} experiment{'s' * (len(results) != 1)}, {total_text} rows met"
+        + (f" · **{what_ifs} experiment{'s' * (what_ifs != 1)} run as "
+           f"{'what-ifs' if what_ifs != 1 else 'a what-if'}**, marked below and in the "
+           f"titles of {'their' if what_ifs != 1 else 'its'} plots"
+           if (what_ifs := sum(bool(r.what_if) for r in results)) else ""),
         "",
         "A row is met when |error %| is within its tolerance (or the model within its "
         "bounds); rows marked — have neither, are reported for information and are not "
@@ -1075,7 +1080,7 @@ def write_report(results_dir: Path) -> Path:
         "(cycles counted by its own counters, turned into the row's unit); **seed** is the "
         "published measurement the fabric is modelled after (low–high where the seed gives "
         "a range), its section and sentence in the source column; **error %** is 100 × "
-        "(model − seed) / seed, left out (—) where the seed gives a range. Cycles and B/cycle "
+        "(model − seed) / seed, left out (—) where the seed gives a range or only a bound. Cycles and B/cycle "
         "are in each fabric's own clock: the SM clock (sm_clock_ghz, 1.785 GHz) for dsm, the "
         "minion clock (minion_mhz, 600 MHz) for mesh unless a row says mesh cycles "
         "(mesh_mhz, 400 MHz), 1 GHz (1 ns) for pcie, at the seeds' clocks unless an "
@@ -1131,10 +1136,23 @@ def write_report(results_dir: Path) -> Path:
     return report_path
 
 
+#: Added to the plot titles of an experiment run as a what-if, so that a
+#: plot seen on its own is not taken for the seed's model.
+WHAT_IF_MARK = " (what-if)"
+
+
 def _plotted(result: ExperimentResult, render) -> bytes:
-    """``render(result)``, a PNG; numbers that pass the file's checks yet
-    cannot be drawn (finite but beyond what a plot's scale can hold) raise a
+    """``render(result)``, a PNG, its titles marked :data:`WHAT_IF_MARK` for
+    a what-if; numbers that pass the file's checks yet cannot be drawn
+    (finite but beyond what a plot's scale can hold) raise a
     :class:`ValueError` naming the file."""
+    if result.what_if:
+        marked = {"title": result.title + WHAT_IF_MARK}
+        for key in ("chart", "topology"):
+            value = getattr(result, key)
+            if isinstance(value, Mapping) and isinstance(value.get("title"), str):
+                marked[key] = {**value, "title": value["title"] + WHAT_IF_MARK}
+        result = replace(result, **marked)
     try:
         return render(result)
     except (OverflowError, ValueError) as error:

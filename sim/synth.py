@@ -894,7 +894,7 @@ def main(args):
     from rich.table import Table
 
     from sim.cli import (DURATIONS_NAME, UsageError, _read_durations, _writable_folders,
-                         log_unused_tables, pool, progress_shown, waited_text,
+                         log_config_tables, pool, progress_shown, waited_text,
                          write_json_atomically)
     from sim.report import _count_text
 
@@ -911,7 +911,8 @@ def main(args):
     _writable_folders((results_dir, "--results"), (build, "--build"))
     # values are checked only as each block is built: another base would
     # refuse values that suit the small tops, or accept ones that do not
-    log_unused_tables(console, config, used, "synthesised")
+    log_config_tables(console, args.config, config, {f: config.get(f, []) for f in used},
+                      "synthesised")
     rows = [None] * len(tasks)
     durations_path = build / "synth" / DURATIONS_NAME
     durations = _read_durations(durations_path)
@@ -992,7 +993,7 @@ def sweep(args, from_file=None):
     from rich.table import Table
 
     from sim import sweep as sweeps
-    from sim.cli import FABRICS, UsageError, _field_hint, log_unused_tables
+    from sim.cli import FABRICS, UsageError, _field_hint, log_config_tables
 
     from_file = from_file or {}
     name = args.name.partition(".")[2]
@@ -1033,7 +1034,8 @@ def sweep(args, from_file=None):
     device = block.devices[0]
 
     with sweeps.outputs_checked(Path(args.results), f"synth.{name}", args.build):
-        log_unused_tables(console, from_file, [block.fabric], "synthesised")
+        log_config_tables(console, args.config, from_file, {block.fabric: held},
+                          "synthesised")
         console.log(f"synth.{name}: {len(points)} points on {device}, {args.engine}")
         with sweeps.points_shown(console, f"synth.{name}", len(points)) as progress:
             outcomes = sweeps.map_tasks(

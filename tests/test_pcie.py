@@ -573,6 +573,9 @@ def test_a_rerun_reuses_the_simulation_and_gives_the_same_result(tmp_path, capsy
                      "--config", str(whatif), *extra]) == 0
         err = capsys.readouterr().err
         assert "simulation results reused (1 of 1 parts)" in err
+        assert f"--config {whatif}: [pcie] " + ("switch_latency_cycles=120" if not extra else
+                                                "nothing used, the command line gives every "
+                                                "field") in err
         assert "--config: [dsm] not used, nothing of that fabric is run here" in err
         assert (results / name).read_text() == (other / name).read_text()
 

@@ -284,9 +284,18 @@ def test_a_what_if_is_marked_where_its_rows_meet_the_seed(tmp_path):
     _write(tmp_path, {**_dsm_one_way(), "set": ["shaper_flits=3", "shaper_cycles=3"]})
     _write(tmp_path, {**_mesh_latency(), "set": []})
     text = write_report(tmp_path).read_text(encoding="utf-8")
-    assert ("**What-if:** run with `--set shaper_flits=3` `--set shaper_cycles=3`. The seed's "
-            "numbers were measured on the chip as it is" in text.split("## mesh")[0])
+    assert ("**What-if:** run with `shaper_flits=3` `shaper_cycles=3` (by `--set` or "
+            "`--config`). The seed's numbers were measured on the chip as it is"
+            in text.split("## mesh")[0])
     assert text.count("What-if") == 1
+    assert ("rows met · **1 experiment run as a what-if**, marked below and in the titles of "
+            "its plots" in text.splitlines()[2])
+    # a plot seen on its own says so too
+    import sim.report as report
+
+    one_way, latency = sorted(load_results(tmp_path), key=lambda r: r.fabric)
+    assert report._plotted(one_way, lambda r: r.title.encode()) == b"A: one-way, 2 SMs (what-if)"
+    assert report._plotted(latency, lambda r: r.title.encode()) == b"Mesh zero-load latency"
 
 
 @pytest.mark.parametrize(
