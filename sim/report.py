@@ -938,6 +938,14 @@ def _render_plot(result: ExperimentResult) -> bytes:
         bottom.plot(kib, s.fit.residuals_cycles, "o" + line, color=color, linewidth=0.8,
                     **({"markerfacecolor": "none"} if line == "--" else {}))
     bottom.axhline(0.0, color="0.4", linewidth=0.8)
+    # At least a cycle either way, so that rounding (1e-10 cycles off a line
+    # through two points) is not drawn as a spread.
+    low, high = bottom.get_ylim()
+    bottom.set_ylim(min(low, -1.0), max(high, 1.0))
+    if all(len(s.payload_bytes) == 2 for s in shown):
+        bottom.text(0.5, 0.75, "two sizes a series: each line passes through both, "
+                    "so there is no residual", transform=bottom.transAxes, ha="center",
+                    fontsize="small", color="0.3")
     top.set_title(textwrap.fill(result.title, 90 if many else 60), fontsize="medium")
     top.set_ylabel("elapsed cycles")
     if many:

@@ -225,11 +225,25 @@ def test_error_pct_computed_when_missing(tmp_path):
     assert result.rows[0].met is False
 
 
+def _drawn_axes(monkeypatch):
+    """A list that collects the (fit, residual) axes of every plot drawn."""
+    from matplotlib.figure import Figure
+
+    drawn = []
+    real = Figure.subplots
+
+    def subplots(self, *args, **kwargs):
+        axes = real(self, *args, **kwargs)
+        drawn.append(axes)
+        return axes
+
+    monkeypatch.setattr(Figure, "subplots", subplots)
+    return drawn
+
+
 def test_a_baseline_series_is_drawn_in_its_series_colour(tmp_path, monkeypatch):
     """B's one-way series (key ``baseline_for``) are dashed in the colour of
     the both-ways series they are the baseline of."""
-    from matplotlib.figure import Figure
-
     import sim.report as report
 
     doc = _dsm_one_way()
@@ -237,20 +251,34 @@ def test_a_baseline_series_is_drawn_in_its_series_colour(tmp_path, monkeypatch):
     _write(tmp_path, doc)
     (result,) = load_results(tmp_path)
     assert [s.baseline_for for s in result.series] == [None, "load"]
-    drawn = []
-    real = Figure.subplots
-
-    def subplots(self, *args, **kwargs):
-        axes = real(self, *args, **kwargs)
-        drawn.append(axes[0])
-        return axes
-
-    monkeypatch.setattr(Figure, "subplots", subplots)
+    drawn = _drawn_axes(monkeypatch)
     assert report._render_plot(result).startswith(PNG_MAGIC)
-    fits = [line for line in drawn[0].get_lines() if line.get_label().startswith(("load", "store"))]
+    fits = [line for line in drawn[0][0].get_lines()
+            if line.get_label().startswith(("load", "store"))]
     assert [(line.get_label().split(":")[0], line.get_linestyle()) for line in fits] == [
         ("load", "-"), ("store", "--")]
     assert fits[0].get_color() == fits[1].get_color()
+
+
+def test_a_two_point_fit_draws_no_spread_of_rounding(tmp_path, monkeypatch):
+    """Lines through two points leave residuals of rounding (1e-10 cycles):
+    the residual axis spans at least a cycle either way and says why it is
+    flat."""
+    import sim.report as report
+
+    doc = _dsm_one_way()
+    for s in doc["series"]:
+        s["points"] = s["points"][:2]
+    doc["series"][0]["points"][1]["cycles"] += 3e-10
+    _write(tmp_path, doc)
+    (result,) = load_results(tmp_path)
+    drawn = _drawn_axes(monkeypatch)
+    assert report._render_plot(result).startswith(PNG_MAGIC)
+    residuals = drawn[0][1]
+    low, high = residuals.get_ylim()
+    assert low <= -1.0 and high >= 1.0
+    assert [t.get_text() for t in residuals.texts] == [
+        "two sizes a series: each line passes through both, so there is no residual"]
 
 
 def test_a_bound_from_the_seed_gives_no_error(tmp_path):
