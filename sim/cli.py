@@ -777,9 +777,7 @@ def _cmd_run(args):
 
     def blamed(error, fabric, check):
         # the refusal names the --config file when its items are why
-        if sets[fabric] == given[fabric]:
-            return error
-        return refused_with_file(error, args.config, fabric, lambda: check(given[fabric]))
+        return refused_with_file(error, args.config, fabric, check, given[fabric], sets[fabric])
 
     # Every plan is built before anything is generated: bad input stops here.
     # An experiment that sets a --set field itself is refused when named on
@@ -943,10 +941,9 @@ def _cmd_sweep(args):
     try:
         points = sweep.plan_sweep(fabric, name, grid, held)
     except UsageError as error:
-        if held == args.set:
-            raise
         raise refused_with_file(error, args.config, fabric,
-                                lambda: sweep.plan_sweep(fabric, name, grid, args.set)) from None
+                                lambda items: sweep.plan_sweep(fabric, name, grid, items),
+                                args.set, held) from None
     results_dir = Path(args.results)
     run_root = Path(args.build) / "runs" / args.sim / "sweep" / f"{fabric}.{name}"
 

@@ -186,17 +186,20 @@ def with_config_items(file_items, items, held=()):
     return [i for i in file_items if i.partition("=")[0] not in given] + list(items)
 
 
-def refused_with_file(error, source, fabric, without_file):
-    """The refusal to report when a request with the ``--config`` file's
-    ``[fabric]`` items was refused with ``error`` (a ``UsageError``):
-    ``error`` itself, or, when the request passes without the file's items
-    (``without_file()``, which raises ``UsageError`` if it is refused too),
-    the same message naming the file and its table, as the same class.
+def refused_with_file(error, source, fabric, check, items, with_file):
+    """The refusal to report when ``check(with_file)`` (a request with the
+    ``--config`` file ``source``'s ``[fabric]`` items, as
+    :func:`with_config_items` gives them) raised ``error``, a ``UsageError``:
+    ``error`` itself when the file added nothing to the command line's
+    ``items`` or when ``check(items)`` is refused too, otherwise the same
+    message naming the file and its table, as the same class.
     """
     from sim.cli import UsageError
 
+    if list(with_file) == list(items):
+        return error
     try:
-        without_file()
+        check(items)
     except UsageError:
         return error
     return type(error)(f"--config {source}: [{fabric}] {error}")

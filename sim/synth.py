@@ -1026,10 +1026,8 @@ def sweep(args, from_file=None):
     try:
         grid, points = plan_points(held)
     except UsageError as error:
-        if held == args.set:
-            raise
-        raise refused_with_file(error, args.config, block.fabric,
-                                lambda: plan_points(args.set)) from None
+        raise refused_with_file(error, args.config, block.fabric, plan_points, args.set,
+                                held) from None
     console = Console(stderr=True, log_path=False)
     device = block.devices[0]
 
