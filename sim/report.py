@@ -210,8 +210,12 @@ class ExperimentResult:
         ``"set"``; empty, or absent, for the seed's model as it is).
     chart : dict or None
         ``{"title", "x_label", "y_label", "x_log2", "y_log", "lines": [{"name",
-        "points": [[x, y], ...]}]}``: measured points drawn as lines, for
-        experiments whose x axis is neither payload nor hops.
+        "points": [[x, y], ...]}], "seed": [{"name", "x": [first, last], "low",
+        "high", "value"}]}``: measured points drawn as lines, for experiments
+        whose x axis is neither payload nor hops; ``seed`` (optional) marks
+        the seed's values in the chart's units, a bar from ``low`` to ``high``
+        at one ``x`` (``first`` = ``last``, with a mark at ``value`` if given)
+        or a band over ``x`` from ``first`` to ``last``.
     topology : dict or None
         ``{"title", "legend", "nodes": [{"name", "x", "y"}], "links": [{"a", "b",
         "ab", "ba"}]}``: a machine's nodes and links, each link labelled with
@@ -564,6 +568,21 @@ def _load_experiment(path: Path) -> ExperimentResult:
                         isinstance(v, (int, float)) and not isinstance(v, bool)
                         and math.isfinite(v) for v in xy)):
                     raise ctx.error(f"{lwhere}.points[{j}]", f"must be [x, y] numbers, not {xy!r}")
+        for i, raw_mark in enumerate(ch.get("seed") or ()):
+            mwhere = f"chart.seed[{i}]"
+            mark = ctx.obj(raw_mark, mwhere)
+            ctx.string(mark, "name", mwhere)
+            span = ctx.array(mark, "x", mwhere)
+            if not (len(span) == 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                           and math.isfinite(v) for v in span)
+                    and span[0] <= span[1]):
+                raise ctx.error(mwhere, f"key 'x' must be [first, last] numbers in order, "
+                                        f"not {span!r}")
+            low, high = ctx.number(mark, "low", mwhere), ctx.number(mark, "high", mwhere)
+            value = ctx.number(mark, "value", mwhere, optional=True)
+            if not low <= (low if value is None else value) <= high:
+                raise ctx.error(mwhere, f"keys 'low', 'value' and 'high' must be in order, "
+                                        f"not {low!r}, {value!r}, {high!r}")
         chart = dict(ch)
 
     topology = doc.get("topology")
@@ -825,10 +844,28 @@ def _render_chart(result: ExperimentResult) -> bytes:
     for line in chart["lines"]:
         points = sorted(line["points"])
         ax.plot([x for x, _ in points], [y for _, y in points], "o-", label=line["name"])
+    for mark in chart.get("seed") or ():
+        (first, last), low, high = mark["x"], mark["low"], mark["high"]
+        if first == last:
+            value = mark.get("value")
+            centre = (low + high) / 2 if value is None else value
+            ax.errorbar([first], [centre], yerr=[[centre - low], [high - centre]],
+                        fmt="none" if value is None else "D", color="black", mfc="none",
+                        capsize=5, label=mark["name"], zorder=3)
+        else:
+            ax.fill_between([first, last], [low, low], [high, high], color="0.5", alpha=0.25,
+                            linewidth=0, label=mark["name"])
     if chart.get("x_log2"):
         ax.set_xscale("log", base=2)
     if chart.get("y_log"):
+        from matplotlib.ticker import FuncFormatter
+
         ax.set_yscale("log")
+        # plain numbers, not powers of ten; of the minor ticks only 2, 3 and 5
+        # of each decade are labelled, so the labels do not overlap
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(FuncFormatter(
+            lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "235" else ""))
     ax.set_title(chart["title"])
     ax.set_xlabel(chart["x_label"])
     ax.set_ylabel(chart["y_label"])

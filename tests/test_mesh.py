@@ -334,3 +334,14 @@ def test_a_barrier_over_fewer_than_32_minions_is_reported_for_information():
                                "build's shire has 4"}]
     assert row_met(rows[0]) is None
     assert [p["cycles"] for p in extra["barrier_points"]] == [100.0, 200.0]
+    assert extra["chart"]["seed"] == []     # the seed's 233 cycles are for 32 minions
+
+
+def test_chart_marks_hold_the_seeds_values():
+    """A chart's seed marks come from mesh.toml: a value with its tolerance,
+    or the range the seed gives."""
+    assert mesh._seed_mark("32 minions", "barrier.minions_32", 32) == {
+        "x": [32, 32], "value": 233.0, "low": pytest.approx(209.7), "high": pytest.approx(256.3),
+        "name": "seed, 32 minions: 233 cycles (target within 10 %)"}
+    assert mesh._seed_mark("between shires", "ring_bandwidth.mesh_per_shire", 2.1, 4.2) == {
+        "x": [2.1, 4.2], "low": 2.8, "high": 5.0, "name": "seed, between shires: 2.8-5 GB/s"}

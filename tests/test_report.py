@@ -476,6 +476,33 @@ def test_bad_chart_point_names_the_key(tmp_path):
         load_results(tmp_path)
 
 
+def test_chart_draws_the_seeds_marks(tmp_path):
+    doc = _mesh_allreduce()
+    doc["chart"]["seed"] = [{"name": "seed, 32 minions", "x": [4, 4], "low": 399.6,
+                             "high": 488.4, "value": 444},
+                            {"name": "seed, a range", "x": [2, 4], "low": 60, "high": 80}]
+    doc["chart"]["y_log"] = True
+    _write(tmp_path, doc)
+    write_report(tmp_path)
+    assert (tmp_path / "mesh" / "allreduce_chart.png").read_bytes().startswith(PNG_MAGIC)
+
+
+@pytest.mark.parametrize("mark, message", [
+    ({"name": "s", "x": [4, 2], "low": 1, "high": 2}, r"chart.seed\[0\]: key 'x' must be"),
+    ({"name": "s", "x": [4], "low": 1, "high": 2}, r"chart.seed\[0\]: key 'x' must be"),
+    ({"name": "s", "x": [4, 4], "low": 3, "high": 2}, r"chart.seed\[0\]: keys 'low', 'value'"),
+    ({"name": "s", "x": [4, 4], "low": 1, "high": 2, "value": 5}, r"keys 'low', 'value'"),
+    ({"name": "s", "x": [4, 4], "low": 1}, r"chart.seed\[0\]: missing key 'high'"),
+    ({"x": [4, 4], "low": 1, "high": 2}, r"chart.seed\[0\]: missing key 'name'"),
+])
+def test_bad_chart_seed_mark_names_the_key(tmp_path, mark, message):
+    doc = _mesh_allreduce()
+    doc["chart"]["seed"] = [mark]
+    _write(tmp_path, doc)
+    with pytest.raises(ValueError, match=message):
+        load_results(tmp_path)
+
+
 def test_row_without_a_model_key_is_refused(tmp_path):
     doc = _mesh_allreduce()
     del doc["rows"][0]["model"]

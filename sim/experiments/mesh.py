@@ -723,6 +723,28 @@ def _ref_row(quantity, model, key, **extra):
     return row
 
 
+def _seed_mark(what, key, first, last=None):
+    """A chart's mark of the seed's value at ``mesh.toml``'s ``key``, over x
+    from ``first`` to ``last`` (one x if ``last`` is None): a range as the
+    seed gives it, or a single value with its tolerance (a value alone if
+    the entry has none)."""
+    entry = _reference_entry(key)
+    unit = entry["unit"]
+    mark = {"x": [first, first if last is None else last]}
+    if "range" in entry:
+        low, high = (float(v) for v in entry["range"])
+        mark["name"] = f"seed, {what}: {low:g}-{high:g} {unit}"
+    else:
+        value = float(entry["value"])
+        tol = entry.get("tolerance_pct", 0.0) / 100
+        low, high = value * (1 - tol), value * (1 + tol)
+        mark["value"] = value
+        mark["name"] = (f"seed, {what}: {value:g} {unit}"
+                        + (f" (target within {entry['tolerance_pct']:g} %)" if tol else ""))
+    mark["low"], mark["high"] = low, high
+    return mark
+
+
 # --- round trip against hops -----------------------------------------------------
 
 def xy_links(cfg, a, b):
@@ -999,7 +1021,8 @@ def _barrier_rows(cfg, runs, measured):
     chart = {"title": "FLB plus credit barrier inside a shire", "x_label": "minions",
              "y_label": "cycles per barrier", "x_log2": True,
              "lines": [{"name": "one shire", "points": [[q["minions"], q["cycles"]]
-                                                        for q in points]}]}
+                                                        for q in points]}],
+             "seed": [_seed_mark("32 minions", "barrier.minions_32", 32)] if 32 in at else []}
     return [], rows, {"barrier_points": points, "chart": chart}
 
 
@@ -1390,7 +1413,9 @@ def _tree_rows(parts):
                                  "chip": "minion 0 of 2-32 shires (levels 5-9)"}[part],
                         "points": [[p["minions"], p["cycles"]] for p in points
                                    if p["part"] == part]}
-                       for part in ("shire", "chip")]}
+                       for part in ("shire", "chip")],
+             "seed": [_seed_mark("one shire, 32 minions", "allreduce.minions_32", 32)]
+             if 32 in shire else []}
     return [], rows, {"allreduce_points": points, "chart": chart}
 
 
@@ -1470,7 +1495,11 @@ def _ring_rows(parts):
              "y_label": "GB/s per shire", "x_log2": False, "y_log": True,
              "lines": [{"name": f"stride s + {p['stride']}" if p["stride"] else "inside a shire",
                         "points": [[p["mean_hops"], p["gb_per_s_per_shire"]]]}
-                       for p in points]}
+                       for p in points],
+             "seed": [_seed_mark("inside a shire", "ring_bandwidth.shire_per_shire", 0),
+                      _seed_mark("between shires", "ring_bandwidth.mesh_per_shire",
+                                 min(p["mean_hops"] for p in points[1:]),
+                                 max(p["mean_hops"] for p in points[1:]))]}
     return [], rows, {"ring_points": points, "chart": chart}
 
 
