@@ -721,7 +721,9 @@ def _value_cells(row: ResultRow) -> list[str]:
 
 
 def _fmt_range(bounds: tuple[float, float]) -> str:
-    return f"{_fmt_number(bounds[0])}–{_fmt_number(bounds[1])}"
+    # "-1 to 1", not "-1–1"
+    between = " to " if bounds[0] < 0 else "–"
+    return f"{_fmt_number(bounds[0])}{between}{_fmt_number(bounds[1])}"
 
 
 def _fmt_rmse(rmse_pct: float, points: int) -> str:
