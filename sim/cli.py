@@ -5,7 +5,7 @@
                   [--waves] [--fresh]
     fabricsim report
     fabricsim sweep NAME --grid FIELD=V1,V2,... [--config FILE] [--set FIELD=VALUE]...
-                    [--engine local|dask]
+                    [--engine local|dask] [--tag TAG]
     fabricsim synth [BLOCK...] [--config FILE] [--device ecp5|ice40] [--freq MHZ]
 
 NAME is a fabric (``dsm``, ``mesh``, ``pcie``), one experiment (``dsm.one_way``) or ``all``.
@@ -935,6 +935,7 @@ def _cmd_sweep(args):
         raise UsageError(f"NAME must be one experiment (fabric.experiment) or synth.BLOCK, "
                          f"not {args.name!r}")
     fabric, name = pairs[0]
+    stem = sweep.table_stem(f"{fabric}.{name}", args.tag)
     grid = sweep.parse_grid(_fabric(fabric).config, args.grid)
     held = with_config_items(from_file.get(fabric, ()), args.set, [f for f, _ in grid])
     _resolve_simulator(args)
@@ -945,7 +946,7 @@ def _cmd_sweep(args):
                                 lambda items: sweep.plan_sweep(fabric, name, grid, items),
                                 args.set, held) from None
     results_dir = Path(args.results)
-    run_root = Path(args.build) / "runs" / args.sim / "sweep" / f"{fabric}.{name}"
+    run_root = Path(args.build) / "runs" / args.sim / "sweep" / stem
 
     def check(data):
         # on the grid's first point, so that a mistyped --metric costs a point
@@ -955,8 +956,10 @@ def _cmd_sweep(args):
             raise UsageError(f"--metric must start a row's quantity (of the first point: "
                              f"{'; '.join(quantities)}), not {args.metric!r}; the sweep "
                              f"stopped there")
-    with sweep.outputs_checked(results_dir, f"{fabric}.{name}", args.build):
+    with sweep.outputs_checked(results_dir, stem, args.build):
         log_config_tables(console, args.config, from_file, {fabric: held}, "run")
+        if note := sweep.replaced_note(results_dir, stem):
+            console.log(escape(note))
         console.log(f"{fabric}.{name}: {len(points)} point{'s' * (len(points) != 1)} on "
                     f"{args.engine}"
                     + (f" ({escape(args.scheduler)})" if args.scheduler
@@ -967,7 +970,7 @@ def _cmd_sweep(args):
                                        scheduler=args.scheduler, progress=progress, check=check)
     table = sweep.sweep_table(points, outcomes)
     path = sweep.write_sweep(results_dir, fabric, name, grid, held, args.sim, args.engine,
-                             table, args.metric)
+                             table, args.metric, args.tag)
     metric, chosen = sweep.metric_rows(table, args.metric)
     if args.metric is not None and not chosen and any("quantity" in r for r in table):
         quantities = list(dict.fromkeys(r["quantity"] for r in table if "quantity" in r))
@@ -1065,6 +1068,9 @@ def main(argv=None):
                      help="points simulated at once (default: one per CPU)")
     swp.add_argument("--metric", metavar="TEXT",
                      help="the row plotted: the first whose quantity starts with TEXT")
+    swp.add_argument("--tag", metavar="TAG", action=GivenOnce,
+                     help="write results/sweep/NAME.TAG.* (letters, digits, '_', '-'), so "
+                          "this sweep keeps an earlier sweep's table of NAME")
     from sim.synth import DEFAULT_TIMEOUT_S
     syn = sub.add_parser("synth", help="synthesise blocks for an FPGA: LUTs, flip-flops, "
                                        "block RAMs, Fmax")

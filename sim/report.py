@@ -36,6 +36,7 @@ from rich.table import Table
 
 from sim.build import write_atomically
 from sim.fit import AffineFit, reference_is_bound, row_error_pct
+from sim.sweep import TAG_PATTERN
 
 __all__ = [
     "ResultRow",
@@ -1373,6 +1374,9 @@ def _synth_section(results_dir: Path) -> tuple[list[str], dict[Path, bytes]]:
             if not (isinstance(sweep["grid"], dict) and sweep["grid"]):
                 raise ValueError(f"key 'grid' must be a table of the swept field, not "
                                  f"{sweep['grid']!r}")
+            tag = sweep.get("tag")
+            if tag is not None and not (isinstance(tag, str) and TAG_PATTERN.fullmatch(tag)):
+                raise ValueError(f"key 'tag' must be letters, digits, '_' or '-', not {tag!r}")
             field = next(iter(sweep["grid"]))
             png = _render_synth_sweep(sweep)
         except (*_MALFORMED, IndexError) as error:
@@ -1380,12 +1384,15 @@ def _synth_section(results_dir: Path) -> tuple[list[str], dict[Path, bytes]]:
                              f"{error})") from None
         if png is None:
             continue
-        plot = results_dir / f"synth_sweep_{sweep['experiment']}.png"
+        tagged = "" if tag is None else f".{tag}"
+        plot = results_dir / f"synth_sweep_{sweep['experiment']}{tagged}.png"
         plots[plot] = png
         if not lines:
             lines += ["## FPGA synthesis", ""]
         lines += [f"Area and clock of `{sweep['experiment']}` against `{field}` "
-                  f"(`fabricsim sweep synth.{sweep['experiment']}`, {sweep['simulator']}):", "",
+                  f"(`fabricsim sweep synth.{sweep['experiment']}"
+                  + ("" if tag is None else f" --tag {tag}")
+                  + f"`, {sweep['simulator']}):", "",
                   f"![{sweep['experiment']} synthesis sweep]({plot.name})", ""]
     return lines, plots
 

@@ -2,6 +2,7 @@
 
     fabricsim sweep NAME --grid FIELD=V1,V2,... [--grid ...] [--set FIELD=VALUE]...
                     [--engine local|dask] [--scheduler ADDRESS] [--jobs N] [--metric TEXT]
+                    [--tag TAG]
 
 Every point of the grid (the product of the ``--grid`` lists) is the
 experiment ``NAME`` (``fabric.experiment``) run under the ``--set`` fields
@@ -22,7 +23,9 @@ status, such as ``ok`` or ``does not fit``, beside figures that are only
 Yosys's estimate when the design does not fit), with a plot of the swept
 metric (the first row whose quantity starts with ``--metric``; by default the
 experiment's first row) against the first grid field in ``.png``.  The table
-is the same whichever engine ran it: the numbers are simulated cycles.
+is the same whichever engine ran it: the numbers are simulated cycles.  With
+``--tag TAG`` the files are ``<fabric>.<experiment>.<TAG>.*``, so a second
+sweep of the experiment keeps the first one's table.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import dataclasses
 import io
 import itertools
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -369,6 +373,39 @@ def metric_rows(table, metric):
     return metric, chosen
 
 
+#: What ``--tag`` may hold: it becomes part of file names.
+TAG_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def table_stem(name, tag):
+    """The file stem of the sweep of ``name`` (``fabric.experiment`` or
+    ``synth.BLOCK``): ``name``, or ``name.tag`` with a ``--tag``.
+
+    Raises
+    ------
+    sim.cli.UsageError
+        If ``tag`` is not 1 to 64 letters, digits, ``_`` or ``-``.
+    """
+    from sim.cli import UsageError
+
+    if tag is None:
+        return name
+    if not TAG_PATTERN.fullmatch(tag):
+        raise UsageError(f"--tag must be 1 to 64 letters, digits, '_' or '-' (it names the "
+                         f"sweep's files), not {tag!r}")
+    return f"{name}.{tag}"
+
+
+def replaced_note(results_dir, stem):
+    """A line saying that the sweep will replace an earlier table of the same
+    name when it ends, or None if there is none."""
+    path = _output_paths(results_dir, stem)[2]
+    if not path.is_file():
+        return None
+    return (f"{path} holds an earlier sweep's table: this sweep replaces it when it ends "
+            f"(--tag TAG writes {stem}.TAG.json instead)")
+
+
 def _output_paths(results_dir, stem):
     """``(csv, png, json)`` paths of a sweep's table under ``<results_dir>/sweep``."""
     folder = Path(results_dir) / "sweep"
@@ -422,8 +459,10 @@ def outputs_checked(results_dir, stem, build_dir):
         raise
 
 
-def write_sweep(results_dir, fabric, name, grid, items, sim, engine, table, metric=None):
-    """Write ``<results_dir>/sweep/<fabric>.<name>.json``, ``.csv`` and ``.png``;
+def write_sweep(results_dir, fabric, name, grid, items, sim, engine, table, metric=None,
+                tag=None):
+    """Write ``<results_dir>/sweep/<fabric>.<name>.json``, ``.csv`` and ``.png``
+    (``<fabric>.<name>.<tag>.*`` with a ``tag``, checked by :func:`table_stem`);
     returns the JSON path.  Each file is written to a temporary name and renamed
     when complete.  The plot is of the first row whose quantity starts with
     ``metric`` at each point (the first row by default); it is left out when no
@@ -440,7 +479,7 @@ def write_sweep(results_dir, fabric, name, grid, items, sim, engine, table, metr
     metric, chosen = metric_rows(table, metric)
     folder = Path(results_dir) / "sweep"
     folder.mkdir(parents=True, exist_ok=True)
-    stem = f"{fabric}.{name}"
+    stem = table_stem(f"{fabric}.{name}", tag)
     csv_path, png_path, path = _output_paths(results_dir, stem)
     fields = [f for f, _ in grid]
     text = io.StringIO()
@@ -495,6 +534,7 @@ def write_sweep(results_dir, fabric, name, grid, items, sim, engine, table, metr
     write_json_atomically(path, {
         "fabric": fabric, "experiment": name, "simulator": sim, "engine": engine,
         "grid": {f: v for f, v in grid}, "fixed": list(items), "metric": metric,
+        **({"tag": tag} if tag is not None else {}),
         "plot": png_path.name if chosen else None, "rows": table})
     return path
 

@@ -990,6 +990,7 @@ def sweep(args, from_file=None):
         ``--config`` file where its value is why).
     """
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from sim import sweep as sweeps
@@ -1001,6 +1002,7 @@ def sweep(args, from_file=None):
         raise UsageError(f"NAME must be synth.BLOCK with BLOCK one of {', '.join(BLOCKS)}, "
                          f"not {args.name!r}")
     block = BLOCKS[name]
+    stem = sweeps.table_stem(f"synth.{name}", args.tag)
     quantities = [q for _, q, _ in SWEEP_QUANTITIES]
     if args.metric is not None and not any(q.startswith(args.metric) for q in quantities):
         raise UsageError(f"--metric must start one of {', '.join(quantities)} for "
@@ -1031,9 +1033,11 @@ def sweep(args, from_file=None):
     console = Console(stderr=True, log_path=False)
     device = block.devices[0]
 
-    with sweeps.outputs_checked(Path(args.results), f"synth.{name}", args.build):
+    with sweeps.outputs_checked(Path(args.results), stem, args.build):
         log_config_tables(console, args.config, from_file, {block.fabric: held},
                           "synthesised")
+        if note := sweeps.replaced_note(Path(args.results), stem):
+            console.log(escape(note))
         console.log(f"synth.{name}: {len(points)} points on {device}, {args.engine}")
         with sweeps.points_shown(console, f"synth.{name}", len(points)) as progress:
             outcomes = sweeps.map_tasks(
@@ -1051,7 +1055,7 @@ def sweep(args, from_file=None):
             table.append({"point": point, "quantity": quantity, "model": row[key],
                           "unit": unit, "met": None, "status": row["status"]})
     path = sweeps.write_sweep(Path(args.results), "synth", name, grid, held, device,
-                              args.engine, table, args.metric)
+                              args.engine, table, args.metric, args.tag)
     shown = Table(title=f"synth.{name} on {device}")
     for col in [f for f, _ in grid] + ["LUTs", "FFs", "BRAMs", "Fmax MHz", "status"]:
         shown.add_column(col)

@@ -72,6 +72,10 @@ def test_a_bad_point_names_the_point():
      "--scheduler needs --engine dask"),
     (["sweep", "pcie.peer_copy", "--grid", "lanes=8,99"], "sweep point lanes=99"),
     (["sweep", "pcie.peer_copy"], "--grid must be given at least once"),
+    (["sweep", "pcie.peer_copy", "--grid", "lanes=8,16", "--tag", "../x"],
+     "--tag must be 1 to 64 letters, digits, '_' or '-' (it names the sweep's files), "
+     "not '../x'"),
+    (["sweep", "synth.shaper", "--grid", "flit_bytes=16,32", "--tag", ""], "--tag must be"),
     (["sweep", "pcie.nothing", "--grid", "lanes=8"], "experiment must be one of"),
     (["sweep", "pcie.peer_copy", "--grid", "lanes=8,16", "--sim", "xsim"],
      "--sim must be one of verilator, icarus, not 'xsim'"),
@@ -163,6 +167,28 @@ def test_a_failed_point_is_listed_with_its_error(tmp_path):
     sweep.write_sweep(tmp_path, "pcie", "peer_copy", [("lanes", ["8"])], [], "verilator",
                       "local", table[:1], "pair_same")
     assert not (tmp_path / "sweep" / "pcie.peer_copy.png").exists()
+
+
+def test_a_tagged_sweep_keeps_the_earlier_table(tmp_path):
+    """--tag names the files, so a second sweep of an experiment leaves the
+    first one's table; a sweep that will replace a table says so first."""
+    rows = [{"quantity": "pair_same: [0,1]", "model": 25.1, "reference": 25.2,
+             "unit": "GB/s", "tolerance_pct": 5}]
+    table = sweep.sweep_table([({"lanes": "8"}, None)], [({"rows": rows}, None)])
+    assert sweep.replaced_note(tmp_path, "pcie.peer_copy") is None
+    first = sweep.write_sweep(tmp_path, "pcie", "peer_copy", [("lanes", ["8"])], [],
+                              "verilator", "local", table)
+    second = sweep.write_sweep(tmp_path, "pcie", "peer_copy", [("lanes", ["8"])], [],
+                               "verilator", "local", table, tag="x16-gen5")
+    assert second.name == "pcie.peer_copy.x16-gen5.json" and first.exists()
+    assert json.loads(second.read_text())["tag"] == "x16-gen5"
+    assert "tag" not in json.loads(first.read_text())
+    assert sorted(p.name for p in (tmp_path / "sweep").iterdir()) == [
+        "pcie.peer_copy.csv", "pcie.peer_copy.json", "pcie.peer_copy.png",
+        "pcie.peer_copy.x16-gen5.csv", "pcie.peer_copy.x16-gen5.json",
+        "pcie.peer_copy.x16-gen5.png"]
+    assert "this sweep replaces it when it ends (--tag TAG writes pcie.peer_copy.TAG.json " \
+        "instead)" in sweep.replaced_note(tmp_path, "pcie.peer_copy")
 
 
 def test_a_seed_range_is_a_range_in_the_table_and_a_band_in_the_plot(tmp_path, monkeypatch):

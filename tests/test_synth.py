@@ -92,9 +92,12 @@ def test_the_report_shows_the_synthesis_table_and_sweep_plot(tmp_path, shaper_ro
     rows = [{"point": {"flit_bytes": str(b)}, "quantity": q, "model": v * b, "unit": u,
              "met": None} for b in (16, 32, 64)
             for q, v, u in (("LUTs", 10, "LUTs"), ("flip-flops", 9, "FFs"), ("Fmax", 3, "MHz"))]
-    (tmp_path / "sweep" / "synth.gx_plane.json").write_text(json.dumps(
-        {"fabric": "synth", "experiment": "gx_plane", "simulator": "ecp5",
-         "grid": {"flit_bytes": ["16", "32", "64"]}, "rows": rows}))
+    sweep = {"fabric": "synth", "experiment": "gx_plane", "simulator": "ecp5",
+             "grid": {"flit_bytes": ["16", "32", "64"]}, "rows": rows}
+    (tmp_path / "sweep" / "synth.gx_plane.json").write_text(json.dumps(sweep))
+    # a second sweep of the block under --tag is shown too, in a plot of its own
+    (tmp_path / "sweep" / "synth.gx_plane.deep.json").write_text(json.dumps(
+        dict(sweep, tag="deep")))
     lines, plots = _synth_section(tmp_path)
     text = "\n".join(lines)
     assert "## FPGA synthesis" in text
@@ -104,7 +107,14 @@ def test_the_report_shows_the_synthesis_table_and_sweep_plot(tmp_path, shaper_ro
     options = " ".join(synth.LARGE_DESIGN_OPTIONS)
     listed = [line for line in lines if f"nextpnr ran with `{options}`" in line]
     assert len(listed) == 1 and listed[0].endswith(" on gx_plane.")    # not the shaper
-    assert [p.name for p in plots] == ["synth_sweep_gx_plane.png"]
+    assert [p.name for p in plots] == ["synth_sweep_gx_plane.deep.png",
+                                       "synth_sweep_gx_plane.png"]
+    assert "(`fabricsim sweep synth.gx_plane --tag deep`, ecp5)" in text
+    (tmp_path / "sweep" / "synth.gx_plane.deep.json").write_text(json.dumps(
+        dict(sweep, tag="../x")))
+    with pytest.raises(ValueError, match="key 'tag' must be letters"):
+        _synth_section(tmp_path)
+    (tmp_path / "sweep" / "synth.gx_plane.deep.json").unlink()
     assert next(iter(plots.values())).startswith(b"\x89PNG")
     (tmp_path / "synth.json").write_text(json.dumps({"rows": [{"block": "x"}]}))
     with pytest.raises(ValueError, match="not a synthesis file"):
