@@ -492,7 +492,9 @@ def write_sweep(results_dir, fabric, name, grid, items, sim, engine, table, metr
                  for k in ("quantity", "model", "reference", "unit", "error_pct", "met",
                            "error", "status")]
         if r.get("reference_range") is not None:
-            cells[2] = "{}-{}".format(*r["reference_range"])
+            low, high = r["reference_range"]
+            # "-1.0 to 1.0", not "-1.0-1.0"
+            cells[2] = f"{low} to {high}" if low < 0 else f"{low}-{high}"
         writer.writerow([r["point"][f] for f in fields] + cells)
     write_atomically(csv_path, text.getvalue())
     if chosen:

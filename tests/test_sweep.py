@@ -214,6 +214,13 @@ def test_a_seed_range_is_a_range_in_the_table_and_a_band_in_the_plot(tmp_path, m
     with open(tmp_path / "sweep" / "mesh.ring_bandwidth.csv", newline="") as f:
         got = [(r["seed"], r["error_pct"]) for r in csv.DictReader(f)]
     assert got == [("2.8-5.0", ""), ("2.8-5.0", "")]
+    below_zero = sweep.sweep_table(points[:1], [({"rows": [dict(rows[0], reference=0.0,
+                                                               reference_range=[-1.0, 1.0])]},
+                                                 None)])
+    sweep.write_sweep(tmp_path, "mesh", "credit", [("mesh_window_flits", ["51"])], [],
+                      "verilator", "local", below_zero)
+    with open(tmp_path / "sweep" / "mesh.credit.csv", newline="") as f:
+        assert [r["seed"] for r in csv.DictReader(f)] == ["-1.0 to 1.0"]
 
 
 def _sweep(tmp_path, engine, grid=("lanes=8,16",), scheduler=None):
