@@ -431,8 +431,8 @@ def _plane_off_rows(cfg, fits, points):
     ref = reference()
     out = []
     for name, fit in fits.items():
-        kind = name.removeprefix("gx0off_")
-        plane = "GX0" if kind != name else "GX1"
+        plane, _, kind = name.partition("off_")     # "gx1off_load": GX1 off, A's load
+        plane = plane.upper()
         if kind.startswith("ring16_"):
             row = _row(f"{kind} B/SM-cycle, {plane} off (seed: both planes on)",
                        fit.bytes_per_cycle, "B/SM-cycle", ref["ring"]["per_sm"])
@@ -569,8 +569,9 @@ EXPERIMENTS = {e.name: e for e in (
                       "TMA put.",)),
     Experiment("plane_off", "G: experiment A and the 16-SM ring with GX1 switched off, "
                "and one-way TMA and the 16-SM ring with GX0 switched off",
-               tuple(Series(k, _one_way(k), plane_enable=1) for k in ("load", "store", "tma"))
-               + (Series("ring16_tma", _ring(16), 16, plane_enable=1),
+               tuple(Series(f"gx1off_{k}", _one_way(k), plane_enable=1)
+                     for k in ("load", "store", "tma"))
+               + (Series("gx1off_ring16_tma", _ring(16), 16, plane_enable=1),
                   Series("gx0off_tma", _one_way("tma"), plane_enable=2),
                   Series("gx0off_ring16_tma", _ring(16), 16, plane_enable=2)),
                _plane_off_rows,
