@@ -958,13 +958,13 @@ def _cmd_sweep(args):
                              f"stopped there")
     with sweep.outputs_checked(results_dir, stem, args.build):
         log_config_tables(console, args.config, from_file, {fabric: held}, "run")
-        if note := sweep.replaced_note(results_dir, stem):
+        if note := sweep.replaced_note(results_dir, f"{fabric}.{name}", args.tag):
             console.log(escape(note))
-        console.log(f"{fabric}.{name}: {len(points)} point{'s' * (len(points) != 1)} on "
+        console.log(f"{stem}: {len(points)} point{'s' * (len(points) != 1)} on "
                     f"{args.engine}"
                     + (f" ({escape(args.scheduler)})" if args.scheduler
                        else f", {args.jobs} at a time"))
-        with sweep.points_shown(console, f"{fabric}.{name}", len(points)) as progress:
+        with sweep.points_shown(console, stem, len(points)) as progress:
             outcomes = sweep.run_sweep(points, args.sim, args.build, run_root,
                                        engine=args.engine, jobs=args.jobs,
                                        scheduler=args.scheduler, progress=progress, check=check)
@@ -1069,8 +1069,9 @@ def main(argv=None):
     swp.add_argument("--metric", metavar="TEXT",
                      help="the row plotted: the first whose quantity starts with TEXT")
     swp.add_argument("--tag", metavar="TAG", action=GivenOnce,
-                     help="write results/sweep/NAME.TAG.* (letters, digits, '_', '-'), so "
-                          "this sweep keeps an earlier sweep's table of NAME")
+                     help="name the table NAME.TAG.* in the results folder's sweep/ "
+                          "(letters, digits, '_' and '-', the first a letter or digit), so "
+                          "an earlier sweep's table of NAME stays")
     from sim.synth import DEFAULT_TIMEOUT_S
     syn = sub.add_parser("synth", help="synthesise blocks for an FPGA: LUTs, flip-flops, "
                                        "block RAMs, Fmax")

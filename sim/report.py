@@ -569,7 +569,7 @@ def _load_experiment(path: Path) -> ExperimentResult:
                         isinstance(v, (int, float)) and not isinstance(v, bool)
                         and math.isfinite(v) for v in xy)):
                     raise ctx.error(f"{lwhere}.points[{j}]", f"must be [x, y] numbers, not {xy!r}")
-        for i, raw_mark in enumerate(ch.get("seed") or ()):
+        for i, raw_mark in enumerate(ctx.array(ch, "seed", "chart") if "seed" in ch else ()):
             mwhere = f"chart.seed[{i}]"
             mark = ctx.obj(raw_mark, mwhere)
             ctx.string(mark, "name", mwhere)
@@ -584,6 +584,9 @@ def _load_experiment(path: Path) -> ExperimentResult:
             if not low <= (low if value is None else value) <= high:
                 raise ctx.error(mwhere, f"keys 'low', 'value' and 'high' must be in order, "
                                         f"not {low!r}, {value!r}, {high!r}")
+            if ch.get("y_log") and low <= 0:
+                raise ctx.error(mwhere, f"key 'low' must be positive on the chart's log "
+                                        f"axis, not {low!r}")
         chart = dict(ch)
 
     topology = doc.get("topology")
@@ -866,9 +869,11 @@ def _render_chart(result: ExperimentResult) -> bytes:
         ax.set_yscale("log")
         # plain numbers, not powers of ten; of the minor ticks only 2, 3 and 5
         # of each decade are labelled, so the labels do not overlap
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        def plain(v, _):
+            return f"{v:,.0f}" if v >= 1000 else f"{v:g}"
+        ax.yaxis.set_major_formatter(FuncFormatter(plain))
         ax.yaxis.set_minor_formatter(FuncFormatter(
-            lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "235" else ""))
+            lambda v, _: plain(v, _) if f"{v:.0e}"[0] in "235" else ""))
     ax.set_title(chart["title"])
     ax.set_xlabel(chart["x_label"])
     ax.set_ylabel(chart["y_label"])
@@ -1364,7 +1369,9 @@ def _synth_section(results_dir: Path) -> tuple[list[str], dict[Path, bytes]]:
         lines += [f"nextpnr ran with `{text}` (for large designs: faster, at some cost in "
                   f"Fmax) on {', '.join(blocks)}." for text, blocks in options.items()]
         lines += [""] if options else []
-    for sweep_path in sorted((results_dir / SWEEP_DIR).glob("synth.*.json")):
+    # each block's untagged sweep first, then its tagged ones (synth.BLOCK.TAG)
+    for sweep_path in sorted((results_dir / SWEEP_DIR).glob("synth.*.json"),
+                             key=lambda p: (p.stem.split(".")[1], p.stem.count("."), p.stem)):
         try:
             sweep = json.loads(sweep_path.read_text(encoding="utf-8"))
             # The block's name becomes a file name; the grid names the swept field.

@@ -42,9 +42,9 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["check_outputs", "grid_points", "map_tasks", "metric_rows", "outputs_checked",
-           "parse_grid", "plan_sweep", "points_shown", "progress_line", "run_sweep",
-           "sweep_table", "write_sweep"]
+__all__ = ["TAG_PATTERN", "check_outputs", "grid_points", "map_tasks", "metric_rows",
+           "outputs_checked", "parse_grid", "plan_sweep", "points_shown", "progress_line",
+           "replaced_note", "run_sweep", "sweep_table", "table_stem", "write_sweep"]
 
 ENGINES = ("local", "dask")
 
@@ -373,8 +373,9 @@ def metric_rows(table, metric):
     return metric, chosen
 
 
-#: What ``--tag`` may hold: it becomes part of file names.
-TAG_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
+#: What ``--tag`` may hold: it becomes part of file names, and a leading
+#: '-' would read as an option when typed back.
+TAG_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 
 
 def table_stem(name, tag):
@@ -391,19 +392,28 @@ def table_stem(name, tag):
     if tag is None:
         return name
     if not TAG_PATTERN.fullmatch(tag):
-        raise UsageError(f"--tag must be 1 to 64 letters, digits, '_' or '-' (it names the "
-                         f"sweep's files), not {tag!r}")
+        raise UsageError(f"--tag must be 1 to 64 letters, digits, '_' or '-', starting with a "
+                         f"letter or digit (it names the sweep's files), not {tag!r}")
     return f"{name}.{tag}"
 
 
-def replaced_note(results_dir, stem):
-    """A line saying that the sweep will replace an earlier table of the same
-    name when it ends, or None if there is none."""
+def replaced_note(results_dir, name, tag=None):
+    """The line a sweep of ``name`` (``fabric.experiment`` or ``synth.BLOCK``)
+    under ``tag`` logs as it starts when ``<results_dir>/sweep`` already holds
+    its table, which it replaces when it ends; None if it holds none.
+
+    Raises
+    ------
+    sim.cli.UsageError
+        As :func:`table_stem`, for a bad ``tag``.
+    """
+    stem = table_stem(name, tag)
     path = _output_paths(results_dir, stem)[2]
     if not path.is_file():
         return None
+    other = "another --tag" if tag is not None else f"--tag TAG writes {name}.TAG.json"
     return (f"{path} holds an earlier sweep's table: this sweep replaces it when it ends "
-            f"(--tag TAG writes {stem}.TAG.json instead)")
+            f"({other} to keep both)")
 
 
 def _output_paths(results_dir, stem):
@@ -462,11 +472,15 @@ def outputs_checked(results_dir, stem, build_dir):
 def write_sweep(results_dir, fabric, name, grid, items, sim, engine, table, metric=None,
                 tag=None):
     """Write ``<results_dir>/sweep/<fabric>.<name>.json``, ``.csv`` and ``.png``
-    (``<fabric>.<name>.<tag>.*`` with a ``tag``, checked by :func:`table_stem`);
-    returns the JSON path.  Each file is written to a temporary name and renamed
-    when complete.  The plot is of the first row whose quantity starts with
-    ``metric`` at each point (the first row by default); it is left out when no
-    row matches.
+    (``<fabric>.<name>.<tag>.*`` with a ``tag``); returns the JSON path.  Each
+    file is written to a temporary name and renamed when complete.  The plot
+    is of the first row whose quantity starts with ``metric`` at each point
+    (the first row by default); it is left out when no row matches.
+
+    Raises
+    ------
+    sim.cli.UsageError
+        As :func:`table_stem`, for a bad ``tag``.
     """
     import matplotlib
 

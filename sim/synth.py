@@ -1036,10 +1036,10 @@ def sweep(args, from_file=None):
     with sweeps.outputs_checked(Path(args.results), stem, args.build):
         log_config_tables(console, args.config, from_file, {block.fabric: held},
                           "synthesised")
-        if note := sweeps.replaced_note(Path(args.results), stem):
+        if note := sweeps.replaced_note(Path(args.results), f"synth.{name}", args.tag):
             console.log(escape(note))
-        console.log(f"synth.{name}: {len(points)} points on {device}, {args.engine}")
-        with sweeps.points_shown(console, f"synth.{name}", len(points)) as progress:
+        console.log(f"{stem}: {len(points)} points on {device}, {args.engine}")
+        with sweeps.points_shown(console, stem, len(points)) as progress:
             outcomes = sweeps.map_tasks(
                 synthesise_or_error,
                 [(name, device, items, str(Path(args.build).resolve())) for _, items in points],

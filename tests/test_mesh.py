@@ -344,4 +344,11 @@ def test_chart_marks_hold_the_seeds_values():
         "x": [32, 32], "value": 233.0, "low": pytest.approx(209.7), "high": pytest.approx(256.3),
         "name": "seed, 32 minions: 233 cycles (target within 10 %)"}
     assert mesh._seed_mark("between shires", "ring_bandwidth.mesh_per_shire", 2.1, 4.2) == {
-        "x": [2.1, 4.2], "low": 2.8, "high": 5.0, "name": "seed, between shires: 2.8-5 GB/s"}
+        "x": [2.1, 4.2], "low": 2.8, "high": 5.0, "name": "seed, between shires: 2.8–5 GB/s"}
+    assert mesh._seed_mark("per hop", "round_trip.per_hop", 1, 10) == {
+        "x": [1, 10], "value": 12.0, "low": 11.0, "high": 13.0,
+        "name": "seed, per hop: 12 cycles/hop (target within 1 cycle)"}
+    assert mesh._seed_mark("median", "credit.median_difference", 0)["name"] == \
+        "seed, median: -1 to 1 cycles"
+    with pytest.raises(ValueError, match=r"\[credit.max_residual\] has no range or tolerance"):
+        mesh._seed_mark("residual", "credit.max_residual", 0)

@@ -476,15 +476,31 @@ def test_bad_chart_point_names_the_key(tmp_path):
         load_results(tmp_path)
 
 
-def test_chart_draws_the_seeds_marks(tmp_path):
+def test_chart_draws_the_seeds_marks(tmp_path, monkeypatch):
+    """A seed mark at one x is a bar (with a mark at its value if given);
+    one over a span of x is a band."""
+    import matplotlib.axes
+
+    drawn = []
+    errorbar, fill_between = matplotlib.axes.Axes.errorbar, matplotlib.axes.Axes.fill_between
+    monkeypatch.setattr(matplotlib.axes.Axes, "errorbar", lambda self, x, y, **kw: (
+        drawn.append(("bar", x, y, kw["yerr"], kw["fmt"], kw["label"])),
+        errorbar(self, x, y, **kw))[1])
+    monkeypatch.setattr(matplotlib.axes.Axes, "fill_between", lambda self, x, lo, hi, **kw: (
+        drawn.append(("band", x, lo, hi, kw["label"])), fill_between(self, x, lo, hi, **kw))[1])
     doc = _mesh_allreduce()
     doc["chart"]["seed"] = [{"name": "seed, 32 minions", "x": [4, 4], "low": 399.6,
                              "high": 488.4, "value": 444},
-                            {"name": "seed, a range", "x": [2, 4], "low": 60, "high": 80}]
+                            {"name": "seed, a range", "x": [2, 4], "low": 60, "high": 80},
+                            {"name": "seed, at 2", "x": [2, 2], "low": 60, "high": 80}]
     doc["chart"]["y_log"] = True
     _write(tmp_path, doc)
     write_report(tmp_path)
     assert (tmp_path / "mesh" / "allreduce_chart.png").read_bytes().startswith(PNG_MAGIC)
+    assert drawn[0][:5] == ("bar", [4], [444], [[pytest.approx(44.4)], [pytest.approx(44.4)]],
+                            "D")
+    assert drawn[1] == ("band", [2, 4], [60, 60], [80, 80], "seed, a range")
+    assert drawn[2] == ("bar", [2], [70.0], [[10.0], [10.0]], "none", "seed, at 2")
 
 
 @pytest.mark.parametrize("mark, message", [
@@ -494,10 +510,15 @@ def test_chart_draws_the_seeds_marks(tmp_path):
     ({"name": "s", "x": [4, 4], "low": 1, "high": 2, "value": 5}, r"keys 'low', 'value'"),
     ({"name": "s", "x": [4, 4], "low": 1}, r"chart.seed\[0\]: missing key 'high'"),
     ({"x": [4, 4], "low": 1, "high": 2}, r"chart.seed\[0\]: missing key 'name'"),
+    ({"name": "s", "x": [4, 4], "low": 0, "high": 2}, r"key 'low' must be positive on the "
+                                                       r"chart's log axis, not 0"),
+    (5, r"chart: key 'seed' must be a list, not int"),
+    ({"name": "s"}, r"chart: key 'seed' must be a list, not dict"),
 ])
 def test_bad_chart_seed_mark_names_the_key(tmp_path, mark, message):
     doc = _mesh_allreduce()
-    doc["chart"]["seed"] = [mark]
+    doc["chart"]["seed"] = [mark] if isinstance(mark, dict) and "x" in mark else mark
+    doc["chart"]["y_log"] = True
     _write(tmp_path, doc)
     with pytest.raises(ValueError, match=message):
         load_results(tmp_path)

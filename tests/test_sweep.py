@@ -73,9 +73,11 @@ def test_a_bad_point_names_the_point():
     (["sweep", "pcie.peer_copy", "--grid", "lanes=8,99"], "sweep point lanes=99"),
     (["sweep", "pcie.peer_copy"], "--grid must be given at least once"),
     (["sweep", "pcie.peer_copy", "--grid", "lanes=8,16", "--tag", "../x"],
-     "--tag must be 1 to 64 letters, digits, '_' or '-' (it names the sweep's files), "
-     "not '../x'"),
+     "--tag must be 1 to 64 letters, digits, '_' or '-', starting with a letter or digit "
+     "(it names the sweep's files), not '../x'"),
     (["sweep", "synth.shaper", "--grid", "flit_bytes=16,32", "--tag", ""], "--tag must be"),
+    (["sweep", "pcie.peer_copy", "--grid", "lanes=8,16", "--tag=-x"],
+     "starting with a letter or digit (it names the sweep's files), not '-x'"),
     (["sweep", "pcie.nothing", "--grid", "lanes=8"], "experiment must be one of"),
     (["sweep", "pcie.peer_copy", "--grid", "lanes=8,16", "--sim", "xsim"],
      "--sim must be one of verilator, icarus, not 'xsim'"),
@@ -188,7 +190,11 @@ def test_a_tagged_sweep_keeps_the_earlier_table(tmp_path):
         "pcie.peer_copy.x16-gen5.csv", "pcie.peer_copy.x16-gen5.json",
         "pcie.peer_copy.x16-gen5.png"]
     assert "this sweep replaces it when it ends (--tag TAG writes pcie.peer_copy.TAG.json " \
-        "instead)" in sweep.replaced_note(tmp_path, "pcie.peer_copy")
+        "to keep both)" in sweep.replaced_note(tmp_path, "pcie.peer_copy")
+    assert sweep.replaced_note(tmp_path, "pcie.peer_copy", "x16-gen5").endswith(
+        "pcie.peer_copy.x16-gen5.json holds an earlier sweep's table: this sweep replaces it "
+        "when it ends (another --tag to keep both)")
+    assert sweep.replaced_note(tmp_path, "pcie.peer_copy", "other") is None
 
 
 def test_a_seed_range_is_a_range_in_the_table_and_a_band_in_the_plot(tmp_path, monkeypatch):

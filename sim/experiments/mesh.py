@@ -724,23 +724,37 @@ def _ref_row(quantity, model, key, **extra):
 
 
 def _seed_mark(what, key, first, last=None):
-    """A chart's mark of the seed's value at ``mesh.toml``'s ``key``, over x
-    from ``first`` to ``last`` (one x if ``last`` is None): a range as the
-    seed gives it, or a single value with its tolerance (a value alone if
-    the entry has none)."""
+    """A chart's mark (see :class:`sim.report.ExperimentResult`, ``chart``) of
+    the seed's value at ``mesh.toml``'s ``key``, over x from ``first`` to
+    ``last`` (one x if ``last`` is None): the range the seed gives, or its
+    value with the row's target, a tolerance in % or in cycles.
+
+    Raises
+    ------
+    ValueError
+        If the entry has neither a range nor a tolerance (nothing to draw
+        a target from).
+    """
     entry = _reference_entry(key)
     unit = entry["unit"]
     mark = {"x": [first, first if last is None else last]}
     if "range" in entry:
         low, high = (float(v) for v in entry["range"])
-        mark["name"] = f"seed, {what}: {low:g}-{high:g} {unit}"
+        between = " to " if low < 0 else "–"
+        mark["name"] = f"seed, {what}: {low:g}{between}{high:g} {unit}"
     else:
         value = float(entry["value"])
-        tol = entry.get("tolerance_pct", 0.0) / 100
-        low, high = value * (1 - tol), value * (1 + tol)
+        if "tolerance_pct" in entry:
+            spread = value * entry["tolerance_pct"] / 100
+            target = f"within {entry['tolerance_pct']:g} %"
+        elif "tolerance_cycles" in entry:
+            spread = float(entry["tolerance_cycles"])
+            target = f"within {spread:g} cycle{'s' * (spread != 1)}"
+        else:
+            raise ValueError(f"mesh.toml [{key}] has no range or tolerance to mark")
+        low, high = value - spread, value + spread
         mark["value"] = value
-        mark["name"] = (f"seed, {what}: {value:g} {unit}"
-                        + (f" (target within {entry['tolerance_pct']:g} %)" if tol else ""))
+        mark["name"] = f"seed, {what}: {value:g} {unit} (target {target})"
     mark["low"], mark["high"] = low, high
     return mark
 
@@ -952,13 +966,10 @@ def _credit_rows(cfg, runs, measured):
         _ref_row("credit round trip at 0 hops (fit intercept)", a * ns, "credit.base_ns"),
         _ref_row("worst residual of the credit fit", worst, "credit.max_residual",
                  target="at most 15 cycles (the chip's worst)"),
-        {"quantity": "credit against TensorSend round trip, median pair's difference "
-                     f"(model: {within} of {len(diffs)} pairs within 15 cycles; seed: "
-                     f"{seen['pairs_within_15_cycles']} of {seen['pairs']})",
-         # the seed's median is within a cycle of zero: that range is its value
-         "model": median, "reference": 0.0, "reference_range": [-1.0, 1.0], "unit": "cycles",
-         "minimum": -1.0, "maximum": 1.0, "target": "under a cycle either way",
-         "source": seen["source"]},
+        _ref_row("credit against TensorSend round trip, median pair's difference "
+                 f"(model: {within} of {len(diffs)} pairs within 15 cycles; seed: "
+                 f"{seen['pairs_within_15_cycles']} of {seen['pairs']})", median,
+                 "credit.median_difference", target="under a cycle either way"),
     ]
     chart = {"title": "Credit and TensorSend round trips between shires", "x_label": "mesh hops",
              "y_label": "round trip (minion cycles)", "x_log2": False,
