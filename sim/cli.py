@@ -71,6 +71,14 @@ class OneLineParser(argparse.ArgumentParser):
             return words[2], f"python -m {words[2]}"
         return words[0], words[0]
 
+    def parse_known_args(self, args=None, namespace=None):
+        # Python 3.11's argparse takes the value of '--opt=--' for the '--'
+        # that ends the options and gives the option an empty list
+        for arg in sys.argv[1:] if args is None else args:
+            if isinstance(arg, str) and arg.startswith("--") and arg.endswith("=--"):
+                self.error(f"{arg.partition('=')[0]} takes a value other than '--', not {arg!r}")
+        return super().parse_known_args(args, namespace)
+
     def error(self, message):
         name, command = self._command()
         self.exit(2, f"{name}: error: {message} (see {command} --help)\n")
@@ -621,14 +629,45 @@ def write_json_atomically(path, data):
     write_atomically(path, json.dumps(data, indent=1) + "\n")
 
 
+@contextlib.contextmanager
 def pool(jobs):
-    """A process pool of ``jobs`` workers, started fresh (``spawn``) so none
-    inherits the parent's threads or locks."""
+    """A process pool of ``jobs`` workers for a ``with`` block, started fresh
+    (``spawn``) so none inherits the parent's threads or locks.  Each worker
+    leads a process group of its own, so a Ctrl-C reaches this process alone;
+    if the block ends by an exception (``KeyboardInterrupt`` included), every
+    worker's group, its simulator included, is sent SIGTERM rather than
+    waited for, and the tasks not started fail as the pool's.  A normal end
+    waits for the workers."""
     import concurrent.futures
     import multiprocessing
+    import signal
 
-    return concurrent.futures.ProcessPoolExecutor(
-        max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
+    context = multiprocessing.get_context("spawn")
+    before = set(multiprocessing.active_children())
+    workers = concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context,
+                                                     initializer=os.setpgrp)
+    try:
+        yield workers
+    except BaseException:
+        # a second Ctrl-C (or the copy `timeout` sends its process group) must
+        # not cut this short and leave workers running
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+        try:
+            # not cancel_futures: the pool's thread then fails the queued
+            # tasks as broken, where it would trip over cancelled ones
+            workers.shutdown(wait=False)
+            for child in set(multiprocessing.active_children()) - before:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    # a worker still starting has no group (nor simulator) yet
+                    if os.getpgid(child.pid) == child.pid:
+                        os.killpg(child.pid, signal.SIGTERM)
+                child.terminate()
+        finally:
+            if main:
+                signal.signal(signal.SIGINT, previous)
+        raise
+    workers.shutdown(wait=True)
 
 
 #: Seconds between the progress lines of a long command (``run``, ``sweep``,
@@ -1096,7 +1135,10 @@ def main(argv=None):
         print(f"fabricsim: error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("fabricsim: interrupted; results finished before it are kept", file=sys.stderr)
+        print("fabricsim: interrupted; " + ("a sweep writes its table only when every point "
+                                            "has ended" if args.command == "sweep" else
+                                            "results finished before it are kept"),
+              file=sys.stderr)
         return 130
 
 

@@ -560,6 +560,9 @@ def _load_experiment(path: Path) -> ExperimentResult:
         ch = ctx.obj(chart, "chart")
         for key in ("title", "x_label", "y_label"):
             ctx.string(ch, key, "chart")
+        for key in ("x_log2", "y_log"):
+            if not isinstance(ch.get(key, False), bool):
+                raise ctx.error("chart", f"key {key!r} must be true or false, not {ch[key]!r}")
         for i, raw_line in enumerate(ctx.array(ch, "lines", "chart")):
             lwhere = f"chart.lines[{i}]"
             line = ctx.obj(raw_line, lwhere)
@@ -587,6 +590,9 @@ def _load_experiment(path: Path) -> ExperimentResult:
             if ch.get("y_log") and low <= 0:
                 raise ctx.error(mwhere, f"key 'low' must be positive on the chart's log "
                                         f"axis, not {low!r}")
+            if ch.get("x_log2") and span[0] <= 0:
+                raise ctx.error(mwhere, f"key 'x' must be positive on the chart's log "
+                                        f"axis, not {span!r}")
         chart = dict(ch)
 
     topology = doc.get("topology")
@@ -847,9 +853,12 @@ def _render_chart(result: ExperimentResult) -> bytes:
     fig = Figure(figsize=(7.0, 4.5), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.subplots()
+    def text(name: str) -> str:
+        return name.replace("$", r"\$")      # a name, not mathtext
+
     for line in chart["lines"]:
         points = sorted(line["points"])
-        ax.plot([x for x, _ in points], [y for _, y in points], "o-", label=line["name"])
+        ax.plot([x for x, _ in points], [y for _, y in points], "o-", label=text(line["name"]))
     for mark in chart.get("seed") or ():
         (first, last), low, high = mark["x"], mark["low"], mark["high"]
         if first == last:
@@ -857,10 +866,10 @@ def _render_chart(result: ExperimentResult) -> bytes:
             centre = (low + high) / 2 if value is None else value
             ax.errorbar([first], [centre], yerr=[[centre - low], [high - centre]],
                         fmt="none" if value is None else "D", color="black", mfc="none",
-                        capsize=5, label=mark["name"], zorder=3)
+                        capsize=5, label=text(mark["name"]), zorder=3)
         else:
             ax.fill_between([first, last], [low, low], [high, high], color="0.5", alpha=0.25,
-                            linewidth=0, label=mark["name"])
+                            linewidth=0, label=text(mark["name"]))
     if chart.get("x_log2"):
         ax.set_xscale("log", base=2)
     if chart.get("y_log"):
@@ -874,9 +883,9 @@ def _render_chart(result: ExperimentResult) -> bytes:
         ax.yaxis.set_major_formatter(FuncFormatter(plain))
         ax.yaxis.set_minor_formatter(FuncFormatter(
             lambda v, _: plain(v, _) if f"{v:.0e}"[0] in "235" else ""))
-    ax.set_title(chart["title"])
-    ax.set_xlabel(chart["x_label"])
-    ax.set_ylabel(chart["y_label"])
+    ax.set_title(text(chart["title"]))
+    ax.set_xlabel(text(chart["x_label"]))
+    ax.set_ylabel(text(chart["y_label"]))
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small")
     return _png(fig)
@@ -1417,11 +1426,25 @@ def _render_synth_sweep(sweep: Mapping[str, Any]) -> bytes | None:
     """Two panels against the sweep's first grid field: LUTs and flip-flops,
     and Fmax; ``None`` when no point has figures."""
     field = next(iter(sweep["grid"]))
+    typed = [str(v) for v in sweep["grid"][field]]
+    def number(text: str) -> float:
+        # a value as typed on the command line: 32, 0x20, 1.5
+        try:
+            return float(int(text, 0))
+        except ValueError:
+            return float(text)
+
+    try:
+        at, labels = {v: number(v) for v in typed}, None
+    except ValueError:
+        # a tuple or string field: its values in grid order, named on the axis
+        at, labels = {v: float(i) for i, v in enumerate(typed)}, typed
     series: dict[str, list[tuple[float, float]]] = {}
     for r in sweep["rows"]:
         if "error" in r or r.get("model") is None:
             continue
-        series.setdefault(r["quantity"], []).append((float(r["point"][field]), float(r["model"])))
+        series.setdefault(r["quantity"], []).append((at[str(r["point"][field])],
+                                                     float(r["model"])))
     if not series:
         return None
     fig = Figure(figsize=(8.4, 3.4), layout="constrained")
@@ -1440,7 +1463,11 @@ def _render_synth_sweep(sweep: Mapping[str, Any]) -> bytes | None:
     clock.set_xlabel(field)
     clock.set_ylabel("Fmax (MHz)")
     clock.grid(True, alpha=0.3)
-    fig.suptitle(f"{sweep['experiment']} on {sweep['simulator']}", fontsize=9)
+    if labels is not None:
+        for ax in (area, clock):
+            ax.set_xticks(range(len(labels)), labels, fontsize=7)
+    tag = f" (--tag {sweep['tag']})" if sweep.get("tag") else ""
+    fig.suptitle(f"{sweep['experiment']}{tag} on {sweep['simulator']}", fontsize=9)
     return _png(fig)
 
 

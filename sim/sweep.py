@@ -215,8 +215,9 @@ def map_tasks(fn, tasks, engine="local", jobs=1, scheduler=None, progress=None,
     ``progress(done, total, index, error)`` is called as each task finishes,
     and ``check(result)`` with the first task's result when that task did
     not fail: a :class:`~sim.cli.UsageError` it raises cancels the tasks no
-    worker has taken yet and is raised (on the local pool once the running
-    ones end; Dask cannot stop a running task, which ends on its worker).
+    worker has taken yet and is raised (the local pool stops its running
+    ones, see :func:`sim.cli.pool`; Dask cannot stop a running task, which
+    ends on its worker).
 
     Raises
     ------
@@ -244,16 +245,13 @@ def map_tasks(fn, tasks, engine="local", jobs=1, scheduler=None, progress=None,
         import concurrent.futures
 
         from sim.cli import pool
+        # a refusal by check() leaves the pool's block, which stops the
+        # workers and fails the tasks not started (sim.cli.pool)
         with pool(jobs) as workers:
             concurrent.futures.wait([workers.submit(f, *args) for f, args in prepare])
             futures = {workers.submit(fn, *t): i for i, t in enumerate(tasks)}
-            try:
-                for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
-                    finished(done, futures[future], future)
-            except UsageError:
-                for future in futures:
-                    future.cancel()
-                raise
+            for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
+                finished(done, futures[future], future)
         return out
     try:
         from dask.distributed import Client, LocalCluster, as_completed

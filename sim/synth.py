@@ -1038,7 +1038,8 @@ def sweep(args, from_file=None):
                           "synthesised")
         if note := sweeps.replaced_note(Path(args.results), f"synth.{name}", args.tag):
             console.log(escape(note))
-        console.log(f"{stem}: {len(points)} points on {device}, {args.engine}")
+        console.log(f"{stem}: {len(points)} point{'s' * (len(points) != 1)} on {device}, "
+                    f"{args.engine}")
         with sweeps.points_shown(console, stem, len(points)) as progress:
             outcomes = sweeps.map_tasks(
                 synthesise_or_error,

@@ -238,6 +238,10 @@ CASES = [
     ("sweep-jobs-too-many", ["sweep", "dsm.one_way", "--grid", "shaper_flits=1,2",
                              "--jobs", "5000"],
      "argument --jobs/-j: --jobs must be an integer from 1 to 1024"),
+    # Python 3.11's argparse would give the option an empty list
+    ("option-given-the-end-of-options", ["sweep", "pcie.peer_copy", "--grid", "lanes=8",
+                                         "--metric=--"],
+     "--metric takes a value other than '--', not '--metric=--'"),
 ]
 
 

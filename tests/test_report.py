@@ -468,6 +468,14 @@ def test_unmeasured_row_is_shown_and_counted_unmet_and_chart_drawn(tmp_path):
     assert result.rows_met == 1 and not result.rows[1].passes
 
 
+def test_a_chart_log_flag_must_be_a_boolean(tmp_path):
+    doc = _mesh_allreduce()
+    doc["chart"]["y_log"] = "no"
+    _write(tmp_path, doc)
+    with pytest.raises(ValueError, match="chart: key 'y_log' must be true or false, not 'no'"):
+        load_results(tmp_path)
+
+
 def test_bad_chart_point_names_the_key(tmp_path):
     doc = _mesh_allreduce()
     doc["chart"]["lines"][0]["points"][1] = [4, "fast"]
@@ -492,7 +500,7 @@ def test_chart_draws_the_seeds_marks(tmp_path, monkeypatch):
     doc["chart"]["seed"] = [{"name": "seed, 32 minions", "x": [4, 4], "low": 399.6,
                              "high": 488.4, "value": 444},
                             {"name": "seed, a range", "x": [2, 4], "low": 60, "high": 80},
-                            {"name": "seed, at 2", "x": [2, 2], "low": 60, "high": 80}]
+                            {"name": "seed, at $2", "x": [2, 2], "low": 60, "high": 80}]
     doc["chart"]["y_log"] = True
     _write(tmp_path, doc)
     write_report(tmp_path)
@@ -500,7 +508,8 @@ def test_chart_draws_the_seeds_marks(tmp_path, monkeypatch):
     assert drawn[0][:5] == ("bar", [4], [444], [[pytest.approx(44.4)], [pytest.approx(44.4)]],
                             "D")
     assert drawn[1] == ("band", [2, 4], [60, 60], [80, 80], "seed, a range")
-    assert drawn[2] == ("bar", [2], [70.0], [[10.0], [10.0]], "none", "seed, at 2")
+    # a '$' is drawn as itself, not read as mathtext
+    assert drawn[2] == ("bar", [2], [70.0], [[10.0], [10.0]], "none", r"seed, at \$2")
 
 
 @pytest.mark.parametrize("mark, message", [
@@ -512,13 +521,15 @@ def test_chart_draws_the_seeds_marks(tmp_path, monkeypatch):
     ({"x": [4, 4], "low": 1, "high": 2}, r"chart.seed\[0\]: missing key 'name'"),
     ({"name": "s", "x": [4, 4], "low": 0, "high": 2}, r"key 'low' must be positive on the "
                                                        r"chart's log axis, not 0"),
+    ({"name": "s", "x": [0, 0], "low": 1, "high": 2}, r"key 'x' must be positive on the "
+                                                       r"chart's log axis, not \[0, 0\]"),
     (5, r"chart: key 'seed' must be a list, not int"),
     ({"name": "s"}, r"chart: key 'seed' must be a list, not dict"),
 ])
 def test_bad_chart_seed_mark_names_the_key(tmp_path, mark, message):
     doc = _mesh_allreduce()
     doc["chart"]["seed"] = [mark] if isinstance(mark, dict) and "x" in mark else mark
-    doc["chart"]["y_log"] = True
+    doc["chart"]["y_log"] = True        # x_log2 already
     _write(tmp_path, doc)
     with pytest.raises(ValueError, match=message):
         load_results(tmp_path)

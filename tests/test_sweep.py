@@ -171,6 +171,30 @@ def test_a_failed_point_is_listed_with_its_error(tmp_path):
     assert not (tmp_path / "sweep" / "pcie.peer_copy.png").exists()
 
 
+def test_an_interrupted_pool_stops_its_workers_without_waiting():
+    """Ctrl-C inside a pool's block (here raised by hand) cancels the tasks and
+    stops the workers at once, rather than waiting for a running task."""
+    import multiprocessing
+    import time
+
+    from sim.cli import pool
+
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        with pool(1) as workers:
+            running = workers.submit(time.sleep, 60)
+            workers.submit(time.sleep, 60)
+            while not running.running():
+                time.sleep(0.05)
+            children = multiprocessing.active_children()
+            raise KeyboardInterrupt
+    # the pool's own thread may reap a worker first, so poll rather than join
+    while any(c.is_alive() for c in children) and time.monotonic() - started < 20:
+        time.sleep(0.05)
+    assert children and not any(c.is_alive() for c in children)
+    assert time.monotonic() - started < 20
+
+
 def test_a_tagged_sweep_keeps_the_earlier_table(tmp_path):
     """--tag names the files, so a second sweep of an experiment leaves the
     first one's table; a sweep that will replace a table says so first."""

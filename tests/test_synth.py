@@ -107,6 +107,24 @@ def test_the_report_shows_the_synthesis_table_and_sweep_plot(tmp_path, shaper_ro
     options = " ".join(synth.LARGE_DESIGN_OPTIONS)
     listed = [line for line in lines if f"nextpnr ran with `{options}`" in line]
     assert len(listed) == 1 and listed[0].endswith(" on gx_plane.")    # not the shaper
+    # a grid typed in another base, or of a string field, still draws
+    hexed = dict(sweep, grid={"flit_bytes": ["0x10", "32", "6.4e1"]}, tag="hex",
+                 rows=[dict(r, point={"flit_bytes": {"16": "0x10", "32": "32", "64": "6.4e1"}[
+                     r["point"]["flit_bytes"]]}) for r in rows])
+    (tmp_path / "sweep" / "synth.gx_plane.hex.json").write_text(json.dumps(hexed))
+    named = dict(sweep, grid={"gx_planes": ["gx0,gx1", "gx0"]}, tag="planes",
+                 rows=[dict(r, point={"gx_planes": "gx0,gx1" if i < 3 else "gx0"})
+                       for i, r in enumerate(rows[:6])])
+    (tmp_path / "sweep" / "synth.gx_plane.planes.json").write_text(json.dumps(named))
+    lines, plots = _synth_section(tmp_path)
+    assert [p.name for p in plots] == ["synth_sweep_gx_plane.png",
+                                       "synth_sweep_gx_plane.deep.png",
+                                       "synth_sweep_gx_plane.hex.png",
+                                       "synth_sweep_gx_plane.planes.png"]
+    (tmp_path / "sweep" / "synth.gx_plane.hex.json").unlink()
+    (tmp_path / "sweep" / "synth.gx_plane.planes.json").unlink()
+    lines, plots = _synth_section(tmp_path)
+    text = "\n".join(lines)
     # each block's untagged sweep first, whatever its tags spell
     assert [p.name for p in plots] == ["synth_sweep_gx_plane.png",
                                        "synth_sweep_gx_plane.deep.png"]
