@@ -636,8 +636,8 @@ def pool(jobs):
     leads a process group of its own, so a Ctrl-C reaches this process alone;
     if the block ends by an exception (``KeyboardInterrupt`` included), every
     worker's group, its simulator included, is sent SIGTERM rather than
-    waited for, and the tasks not started fail as the pool's.  A normal end
-    waits for the workers."""
+    waited for, and the tasks not yet started fail with the broken pool.  A
+    normal end waits for the workers."""
     import concurrent.futures
     import multiprocessing
     import signal

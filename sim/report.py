@@ -853,6 +853,7 @@ def _render_chart(result: ExperimentResult) -> bytes:
     fig = Figure(figsize=(7.0, 4.5), layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.subplots()
+
     def text(name: str) -> str:
         return name.replace("$", r"\$")      # a name, not mathtext
 
@@ -1427,6 +1428,7 @@ def _render_synth_sweep(sweep: Mapping[str, Any]) -> bytes | None:
     and Fmax; ``None`` when no point has figures."""
     field = next(iter(sweep["grid"]))
     typed = [str(v) for v in sweep["grid"][field]]
+
     def number(text: str) -> float:
         # a value as typed on the command line: 32, 0x20, 1.5
         try:

@@ -214,10 +214,10 @@ def map_tasks(fn, tasks, engine="local", jobs=1, scheduler=None, progress=None,
     ``(None, message)`` and fails only itself.
     ``progress(done, total, index, error)`` is called as each task finishes,
     and ``check(result)`` with the first task's result when that task did
-    not fail: a :class:`~sim.cli.UsageError` it raises cancels the tasks no
-    worker has taken yet and is raised (the local pool stops its running
-    ones, see :func:`sim.cli.pool`; Dask cannot stop a running task, which
-    ends on its worker).
+    not fail: a :class:`~sim.cli.UsageError` it raises is raised at once,
+    and the tasks no worker has taken never run (the local pool stops its
+    running ones too, see :func:`sim.cli.pool`; Dask cannot stop a running
+    task, which ends on its worker).
 
     Raises
     ------
@@ -383,7 +383,8 @@ def table_stem(name, tag):
     Raises
     ------
     sim.cli.UsageError
-        If ``tag`` is not 1 to 64 letters, digits, ``_`` or ``-``.
+        If ``tag`` is not 1 to 64 letters, digits, ``_`` or ``-``, the
+        first a letter or digit (:data:`TAG_PATTERN`).
     """
     from sim.cli import UsageError
 

@@ -172,8 +172,8 @@ def test_a_failed_point_is_listed_with_its_error(tmp_path):
 
 
 def test_an_interrupted_pool_stops_its_workers_without_waiting():
-    """Ctrl-C inside a pool's block (here raised by hand) cancels the tasks and
-    stops the workers at once, rather than waiting for a running task."""
+    """Ctrl-C inside a pool's block (here raised by hand) stops the workers at
+    once, rather than waiting for the running task and then the queued one."""
     import multiprocessing
     import time
 
