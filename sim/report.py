@@ -1427,17 +1427,12 @@ def _render_synth_sweep(sweep: Mapping[str, Any]) -> bytes | None:
     """Two panels against the sweep's first grid field: LUTs and flip-flops,
     and Fmax; ``None`` when no point has figures."""
     field = next(iter(sweep["grid"]))
+    from sim.cli import _number
+
     typed = [str(v) for v in sweep["grid"][field]]
-
-    def number(text: str) -> float:
-        # a value as typed on the command line: 32, 0x20, 1.5
-        try:
-            return float(int(text, 0))
-        except ValueError:
-            return float(text)
-
     try:
-        at, labels = {v: number(v) for v in typed}, None
+        # a value as typed on the command line and read as --set reads it: 32, 0x20, 1.5
+        at, labels = {v: float(_number(v)) for v in typed}, None
     except ValueError:
         # a tuple or string field: its values in grid order, named on the axis
         at, labels = {v: float(i) for i, v in enumerate(typed)}, typed
