@@ -35,7 +35,7 @@ import csv
 import dataclasses
 import io
 import itertools
-import os
+import json
 import re
 import shutil
 import tempfile
@@ -471,8 +471,10 @@ def outputs_checked(results_dir, stem, build_dir):
 def write_sweep(results_dir, fabric, name, grid, items, sim, engine, table, metric=None,
                 tag=None):
     """Write ``<results_dir>/sweep/<fabric>.<name>.json``, ``.csv`` and ``.png``
-    (``<fabric>.<name>.<tag>.*`` with a ``tag``); returns the JSON path.  Each
-    file is written to a temporary name and renamed when complete.  The plot
+    (``<fabric>.<name>.<tag>.*`` with a ``tag``); returns the JSON path.  All
+    three are made in memory first, then each is written to a temporary name
+    and renamed when complete, so a table that cannot be drawn or encoded
+    leaves an earlier sweep's files as they were.  The plot
     is of the first row whose quantity starts with ``metric`` at each point
     (the first row by default); it is left out when no row matches.
 
@@ -487,7 +489,6 @@ def write_sweep(results_dir, fabric, name, grid, items, sim, engine, table, metr
     import matplotlib.pyplot as plt
 
     from sim.build import write_atomically
-    from sim.cli import write_json_atomically
 
     metric, chosen = metric_rows(table, metric)
     folder = Path(results_dir) / "sweep"
@@ -509,7 +510,7 @@ def write_sweep(results_dir, fabric, name, grid, items, sim, engine, table, metr
             # "-1.0 to 1.0", not "-1.0-1.0"
             cells[2] = f"{low} to {high}" if low < 0 else f"{low}-{high}"
         writer.writerow([r["point"][f] for f in fields] + cells)
-    write_atomically(csv_path, text.getvalue())
+    png = None
     if chosen:
         fig, ax = plt.subplots(figsize=(6.4, 4.0))
         x_field, others = fields[0], fields[1:]
@@ -539,18 +540,23 @@ def write_sweep(results_dir, fabric, name, grid, items, sim, engine, table, metr
             ax.legend(fontsize=7)
         ax.grid(True, alpha=0.3)
         fig.tight_layout()
-        tmp = folder / f".{stem}.png.tmp"
-        fig.savefig(tmp, format="png", dpi=110)
-        plt.close(fig)
-        os.replace(tmp, png_path)
-    else:
-        # No row to plot: a plot left from an earlier sweep would not match the table.
-        png_path.unlink(missing_ok=True)
-    write_json_atomically(path, {
+        png = io.BytesIO()
+        try:
+            fig.savefig(png, format="png", dpi=110)
+        finally:
+            plt.close(fig)
+    record = json.dumps({
         "fabric": fabric, "experiment": name, "simulator": sim, "engine": engine,
         "grid": {f: v for f, v in grid}, "fixed": list(items), "metric": metric,
         **({"tag": tag} if tag is not None else {}),
-        "plot": png_path.name if chosen else None, "rows": table})
+        "plot": png_path.name if chosen else None, "rows": table}, indent=1) + "\n"
+    write_atomically(csv_path, text.getvalue())
+    if png is not None:
+        write_atomically(png_path, png.getvalue())
+    else:
+        # No row to plot: a plot left from an earlier sweep would not match the table.
+        png_path.unlink(missing_ok=True)
+    write_atomically(path, record)
     return path
 
 

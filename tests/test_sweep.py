@@ -171,6 +171,30 @@ def test_a_failed_point_is_listed_with_its_error(tmp_path):
     assert not (tmp_path / "sweep" / "pcie.peer_copy.png").exists()
 
 
+def test_a_table_that_cannot_be_drawn_leaves_the_earlier_files(tmp_path, monkeypatch):
+    """The three files are made before any is written: a plot that fails to
+    draw leaves the earlier sweep's CSV, plot and JSON as they were."""
+    from matplotlib.figure import Figure
+
+    rows = [{"quantity": "pair_same: [0,1]", "model": 25.1, "reference": 25.2,
+             "unit": "GB/s", "tolerance_pct": 5}]
+    table = sweep.sweep_table([({"lanes": "8"}, None)], [({"rows": rows}, None)])
+    sweep.write_sweep(tmp_path, "pcie", "peer_copy", [("lanes", ["8"])], [], "verilator",
+                      "local", table)
+    folder = tmp_path / "sweep"
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+
+    def broken(*args, **kwargs):
+        raise OSError("no space left on device")
+
+    monkeypatch.setattr(Figure, "savefig", broken)
+    later = sweep.sweep_table([({"lanes": "16"}, None)], [({"rows": rows}, None)])
+    with pytest.raises(OSError, match="no space"):
+        sweep.write_sweep(tmp_path, "pcie", "peer_copy", [("lanes", ["16"])], [],
+                          "verilator", "local", later)
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+
+
 def test_an_interrupted_pool_stops_its_workers_without_waiting():
     """Ctrl-C inside a pool's block (here raised by hand) stops the workers at
     once, rather than waiting for the running task and then the queued one."""
