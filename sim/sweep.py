@@ -432,11 +432,17 @@ def check_outputs(results_dir, stem):
     sim.cli.UsageError
         Naming ``--results`` and the path at fault.
     """
-    from sim.cli import UsageError, _missing_folders, _writable_folder
+    from sim.cli import UsageError, _missing_folders, _remove_if_empty, _writable_folder
 
     folder = Path(results_dir) / "sweep"
     made = _missing_folders(folder)
-    _writable_folder(folder, "--results")
+    try:
+        # --results itself first, so a file given there is named, not its "sweep"
+        _writable_folder(Path(results_dir), "--results")
+        _writable_folder(folder, "--results")
+    except UsageError:
+        _remove_if_empty(made)
+        raise
     for out in _output_paths(results_dir, stem):
         if out.is_dir():
             raise UsageError(f"--results must leave {str(out)!r} free for the sweep's "

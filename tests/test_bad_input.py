@@ -396,6 +396,17 @@ def test_results_folder_that_cannot_be_written(tmp_path, capsys):
     assert not (tmp_path / "build").exists()
 
 
+def test_a_sweep_given_a_file_for_results_names_that_file(tmp_path, capsys):
+    """The refusal names the file given, not the "sweep" folder under it."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n")
+    status, err = _run(tmp_path, capsys, ["sweep", "pcie.peer_copy", "--grid", "lanes=8"],
+                       results=blocker)
+    _assert_refused(status, err, f"--results must be a folder fabricsim can write, not "
+                                 f"'{blocker}' (")
+    assert not (tmp_path / "build").exists()
+
+
 def _blocked_results(tmp_path, blocked):
     """``tmp_path/results`` with ``blocked`` in it taken: by a folder where a
     result file (a name with a suffix) goes, else by a file where a folder goes."""
