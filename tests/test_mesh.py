@@ -189,6 +189,17 @@ def test_row_meets_the_seed(experiment_result, name, quantity):
     assert row_met(row), f"{quantity}: model {row['model']} vs {row.get('reference')}"
 
 
+def test_credit_pairs_within_15_cycles_stand_next_to_the_seeds(experiment_result):
+    """The seed's 445 of 496 pairs is a row of its own, for information, with
+    the model's count of the pairs it measured."""
+    rows = [r for r in experiment_result("credit")["rows"]
+            if r["quantity"].startswith("credit against TensorSend round trip, pairs within")]
+    assert len(rows) == 1 and rows[0]["reference"] == 445 and row_met(rows[0]) is None
+    pairs = len(experiment_result("credit")["series"][0]["points"])
+    assert rows[0]["quantity"].endswith(f"(of the {pairs} measured)")
+    assert 0 <= rows[0]["model"] <= pairs
+
+
 def test_naive_2d_hang_names_the_minion_with_two_readies(experiment_result):
     row = experiment_result("layouts")["rows"][-1]
     assert "(s0.m0 holds s0.m1's READY while s0.m2's waits behind it)" in row["quantity"]
