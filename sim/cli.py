@@ -877,6 +877,12 @@ def _cmd_run(args):
     for error in skipped:
         console.log(f"skipped: {escape(str(error))}")
     log_config_tables(console, args.config, from_file, sets, "run")
+    from sim.runner import verilator_writes_fst
+
+    if args.waves and args.sim == "verilator" and not verilator_writes_fst():
+        console.log("--waves: Verilator writes VCD here, not FST: the C++ compiler finds no "
+                    "lz4.h or zlib.h (Debian: liblz4-dev zlib1g-dev); VCD files are tens of "
+                    "times larger (GB for an experiment of many runs) and slower to write")
     run_root = Path(args.build) / "runs" / args.sim
     builds = list(dict.fromkeys(b for job in jobs for b in job_verilog(job)))
     failed = False
@@ -945,9 +951,26 @@ def _cmd_run(args):
                                if reused else "simulated")
                         console.log(f"{job.fabric}.{job.name}: {n_runs} runs in {seconds:.0f} s, "
                                     f"{how}, {_rows_met_text(data['rows'])} rows met -> {out}")
+                        for wave in _waveforms(data):
+                            console.log(f"{job.fabric}.{job.name} waveform: {escape(wave)}")
     finally:
         _remove_if_empty(made)
     return 1 if failed else 0
+
+
+def _waveforms(data):
+    """``"<path> (<size>)"`` of each waveform file an experiment's result
+    names (key ``waves``: a path, or a list of them, one per part)."""
+    paths = data.get("waves") or []
+    out = []
+    for path in [paths] if isinstance(paths, str) else paths:
+        try:
+            size = Path(path).stat().st_size
+        except OSError:
+            out.append(f"{path} (not found)")
+            continue
+        out.append(f"{path} ({size / 1e6:,.1f} MB)")
+    return out
 
 
 def _cmd_sweep(args):

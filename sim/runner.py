@@ -51,7 +51,8 @@ from sim.toolchain import check_simulator, verilator_env
 
 _LOG = logging.getLogger("fabricsim")
 
-__all__ = ["TIMESCALE", "VERILATOR_WAIVERS", "run_cocotb", "run_cocotb_cached", "simulation_key"]
+__all__ = ["TIMESCALE", "VERILATOR_WAIVERS", "run_cocotb", "run_cocotb_cached", "simulation_key",
+           "verilator_writes_fst"]
 
 #: Time unit and precision given to modules without a `timescale` (Amaranth
 #: writes none). Icarus would otherwise use 1 s units, where cocotb cannot
@@ -153,9 +154,11 @@ def _failures(results_xml: Path) -> tuple[int, list[str]]:
 
 
 @functools.cache
-def _verilator_can_write_fst() -> bool:
-    # Verilator's FST writer compiles against the system's lz4 and zlib
-    # headers (Debian: liblz4-dev, zlib1g-dev); without them the build fails.
+def verilator_writes_fst() -> bool:
+    """True when Verilator can write FST waveforms here: its FST writer
+    compiles against the system's lz4 and zlib C headers (Debian:
+    ``liblz4-dev``, ``zlib1g-dev``), so the C++ compiler (``$CXX``, else
+    ``c++``) must find them.  Otherwise ``--waves`` writes VCD."""
     probe = "#include <lz4.h>\n#include <zlib.h>\n"
     compiler = os.environ.get("CXX", "c++")
     try:
@@ -298,14 +301,14 @@ def _build_args(sim: str, waves: bool, hier: bool = False) -> list[str]:
     args = list(VERILATOR_WAIVERS) + list(VERILATOR_SPEED)
     if hier:
         args.append("--hierarchical")
-    if waves and _verilator_can_write_fst():
+    if waves and verilator_writes_fst():
         # cocotb's own --trace writes VCD; FST files are many times smaller.
         args.append("--trace-fst")
     return args
 
 
 def _waves_path(sim: str, toplevel: str, test_dir: Path) -> Path:
-    if sim == "verilator" and not _verilator_can_write_fst():
+    if sim == "verilator" and not verilator_writes_fst():
         return test_dir / f"{toplevel}.vcd"
     return test_dir / f"{toplevel}.fst"
 

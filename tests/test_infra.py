@@ -405,3 +405,16 @@ def test_a_one_entry_fifo_passes_verilator_s_lint(tmp_path):
                            str(source)], env={**os.environ, **verilator_env()},
                           capture_output=True, text=True, check=False, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_run_logs_each_waveform_with_its_size(tmp_path):
+    """``fabricsim run --waves`` logs the file each experiment wrote and its
+    size, one per part, and says when a file named is missing."""
+    from sim.cli import _waveforms
+
+    wave = tmp_path / "dsm_gpc.vcd"
+    wave.write_bytes(b"x" * 2_500_000)
+    assert _waveforms({"rows": []}) == []
+    assert _waveforms({"waves": str(wave)}) == [f"{wave} (2.5 MB)"]
+    assert _waveforms({"waves": [str(wave), str(tmp_path / "gone.fst")]}) == [
+        f"{wave} (2.5 MB)", f"{tmp_path / 'gone.fst'} (not found)"]
