@@ -1091,7 +1091,9 @@ def main(argv=None):
     listing.add_argument("fabrics", nargs="*", metavar="FABRIC",
                          help="only these fabrics (all, the default: every one)")
     run = sub.add_parser("run", help="run experiments")
-    run.add_argument("names", nargs="+", metavar="NAME")
+    run.add_argument("names", nargs="+", metavar="NAME",
+                     help="a fabric (dsm, mesh, pcie), one experiment (dsm.one_way) or all; "
+                          "fabricsim list shows them")
     run.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                      help="change a configuration field for a what-if (repeatable; "
                           "fabricsim list shows the fields)")
@@ -1110,7 +1112,9 @@ def main(argv=None):
     sub.add_parser("report", help="write results/report.md from results/")
     swp = sub.add_parser("sweep", help="run one experiment (or synthesise one block: "
                                        "synth.BLOCK) over a grid of configuration values")
-    swp.add_argument("name", metavar="NAME")
+    swp.add_argument("name", metavar="NAME",
+                     help="one experiment (dsm.one_way) or synth.BLOCK; fabricsim list shows "
+                          "them")
     swp.add_argument("--grid", action="append", default=[], metavar="FIELD=V1,V2,...",
                      help="a field and its values (';' between the values of a tuple or string "
                           "field); repeat for a product grid")
