@@ -1040,14 +1040,19 @@ def _cmd_sweep(args):
                          f"without a plot), one of: {'; '.join(quantities)}; "
                          f"not {args.metric!r}")
     if chosen:
-        shown = Table(title=metric)
+        # the row the sweep followed, named in full where every point has the same one
+        quantities = {r["quantity"] for r in chosen}
+        shown = Table(title=f"{stem}: {next(iter(quantities)) if len(quantities) == 1 else metric}")
         for field, _ in grid:
             shown.add_column(field)
         shown.add_column(f"model ({chosen[0]['unit']})")
+        shown.add_column("seed")
         shown.add_column("met")
         for r in chosen:
+            seed = ("—" if r.get("reference") is None
+                    else sweep.seed_text(r["reference"], r.get("reference_range")))
             shown.add_row(*[r["point"][f] for f, _ in grid],
-                          "—" if r["model"] is None else f"{r['model']:.4g}",
+                          "—" if r["model"] is None else f"{r['model']:.4g}", seed,
                           {True: "yes", False: "no"}.get(r["met"], "—"))
         Console().print(shown)
     written = [path, path.with_suffix(".csv")] + [path.with_suffix(".png")] * bool(chosen)

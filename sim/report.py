@@ -1026,7 +1026,7 @@ def _experiment_section(result: ExperimentResult, results_dir: Path) -> list[str
         sets = " ".join(f"`{item}`" for item in result.what_if)
         lines += [f"**What-if:** run with {sets} (by `--set` or `--config`). The seed's "
                   "numbers were measured on the "
-                  "chip as it is, so the error column shows how far the change moves the "
+                  "hardware as built, so the error column shows how far the change moves the "
                   "model from them. The notes below are written for the seed's values and "
                   "may not hold for these.", ""]
     if result.config:
@@ -1460,8 +1460,10 @@ def _render_synth_sweep(sweep: Mapping[str, Any]) -> bytes | None:
     clock.set_xlabel(field)
     clock.set_ylabel("Fmax (MHz)")
     clock.grid(True, alpha=0.3)
-    if labels is not None:
-        for ax in (area, clock):
+    for ax in (area, clock):
+        # from zero, so that a 1 % change does not fill the panel
+        ax.set_ylim(bottom=0)
+        if labels is not None:
             ax.set_xticks(range(len(labels)), labels, fontsize=7)
     tag = f" (--tag {sweep['tag']})" if sweep.get("tag") else ""
     fig.suptitle(f"{sweep['experiment']}{tag} on {sweep['simulator']}", fontsize=9)

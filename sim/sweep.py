@@ -44,7 +44,8 @@ from pathlib import Path
 
 __all__ = ["TAG_PATTERN", "check_outputs", "grid_points", "map_tasks", "metric_rows",
            "outputs_checked", "parse_grid", "plan_sweep", "points_shown", "progress_line",
-           "replaced_note", "run_sweep", "sweep_table", "table_stem", "write_sweep"]
+           "replaced_note", "run_sweep", "seed_text", "sweep_table", "table_stem",
+           "write_sweep"]
 
 ENGINES = ("local", "dask")
 
@@ -474,6 +475,16 @@ def outputs_checked(results_dir, stem, build_dir):
         raise
 
 
+def seed_text(reference, reference_range=None):
+    """A row's seed value as a sweep's CSV and console table show it: the
+    value, or its range ``low-high`` (``low to high`` when ``low`` is
+    negative: "-1.0 to 1.0", not "-1.0-1.0")."""
+    if reference_range is None:
+        return f"{reference}"
+    low, high = reference_range
+    return f"{low} to {high}" if low < 0 else f"{low}-{high}"
+
+
 def write_sweep(results_dir, fabric, name, grid, items, sim, engine, table, metric=None,
                 tag=None):
     """Write ``<results_dir>/sweep/<fabric>.<name>.json``, ``.csv`` and ``.png``
@@ -511,10 +522,8 @@ def write_sweep(results_dir, fabric, name, grid, items, sim, engine, table, metr
         cells = ["" if r.get(k) is None else r[k]
                  for k in ("quantity", "model", "reference", "unit", "error_pct", "met",
                            "error", "status")]
-        if r.get("reference_range") is not None:
-            low, high = r["reference_range"]
-            # "-1.0 to 1.0", not "-1.0-1.0"
-            cells[2] = f"{low} to {high}" if low < 0 else f"{low}-{high}"
+        if r.get("reference") is not None:
+            cells[2] = seed_text(r["reference"], r.get("reference_range"))
         writer.writerow([r["point"][f] for f in fields] + cells)
     png = None
     if chosen:
@@ -534,14 +543,15 @@ def write_sweep(results_dir, fabric, name, grid, items, sim, engine, table, metr
         seed, band = next(iter(seeds)) if len(seeds) == 1 else (None, ())
         if band:
             ax.axhspan(*band, color="0.3", alpha=0.15,
-                       label="seed's range (measured on the chip as it is)")
+                       label="seed's range (measured on the hardware as built)")
         elif seed is not None:
             ax.axhline(seed, color="0.3", linestyle="--", linewidth=1,
-                       label="seed (measured on the chip as it is)")
+                       label="seed (measured on the hardware as built)")
         ax.set_xlabel(x_field)
         ax.set_ylabel(f"{chosen[0]['unit']}".strip() or "model")
         title = chosen[0]["quantity"]
-        ax.set_title(title if len(title) < 70 else title[:67] + "...", fontsize=9)
+        ax.set_title(f"{stem}\n" + (title if len(title) < 70 else title[:67] + "..."),
+                     fontsize=9)
         if len(lines) > 1 or others or seed is not None or band:
             ax.legend(fontsize=7)
         ax.grid(True, alpha=0.3)

@@ -313,7 +313,7 @@ def test_a_what_if_is_marked_where_its_rows_meet_the_seed(tmp_path):
     _write(tmp_path, {**_mesh_latency(), "set": []})
     text = write_report(tmp_path).read_text(encoding="utf-8")
     assert ("**What-if:** run with `shaper_flits=3` `shaper_cycles=3` (by `--set` or "
-            "`--config`). The seed's numbers were measured on the chip as it is"
+            "`--config`). The seed's numbers were measured on the hardware as built"
             in text.split("## mesh")[0])
     assert text.count("What-if") == 1
     assert ("rows met · **1 experiment run as a what-if**, marked below and in the titles of "

@@ -368,3 +368,22 @@ def test_waited_text_gives_minutes_and_seconds(monkeypatch):
     assert sim.cli.waited_text(1000.0) == "0 s"
     assert sim.cli.waited_text(955.4) == "45 s"
     assert sim.cli.waited_text(875.0) == "2 min 5 s"
+
+
+def test_a_sweep_table_names_its_row_and_shows_the_seed(tmp_path, capsys, monkeypatch):
+    """The table printed at the end is titled with the sweep and the row it
+    followed, in full, and has the seed's value (a range as low-high) next to
+    the model's."""
+    rows = [{"quantity": "pair_cross: [0,4] (cross socket)", "model": 18.29,
+             "reference": 18.5, "reference_range": [17.0, 20.0], "unit": "GB/s",
+             "minimum": 17.0, "maximum": 20.0}]
+
+    def run_sweep(points, *args, **kwargs):
+        return [({"rows": rows}, None)] * len(points)
+
+    monkeypatch.setattr(sweep, "run_sweep", run_sweep)
+    assert main(["--results", str(tmp_path / "r"), "--build", str(tmp_path / "b"), "sweep",
+                 "pcie.peer_copy", "--grid", "lanes=8,16", "--metric", "pair_cross"]) == 0
+    out = capsys.readouterr().out
+    assert "pcie.peer_copy: pair_cross: [0,4] (cross socket)" in " ".join(out.split())
+    assert "seed" in out and out.count("17.0-20.0") == 2 and out.count("yes") == 2
