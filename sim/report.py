@@ -726,8 +726,19 @@ def _value_cells(row: ResultRow) -> list[str]:
         # no error % against a midpoint the seed never gave
         return [_fmt_number(row.model), _fmt_range(row.reference_range), row.unit, "—",
                 _target_text(row)]
-    return [_fmt_number(row.model), _fmt_number(row.reference), row.unit,
-            _fmt_error(row.error_pct), _target_text(row)]
+    return [_fmt_number(row.model), _fmt_number(row.reference), row.unit, _error_cell(row),
+            _target_text(row)]
+
+
+def _error_cell(row: ResultRow) -> str:
+    """A row's error: in % of the seed, or, for a quantity that is itself a
+    percentage and has no tolerance in % to be compared with, the difference
+    in percentage points ("-11.2 pp" rather than "-101" % of 11 %)."""
+    if (row.unit == "%" and row.tolerance_pct is None and row.error_pct is not None
+            and row.model is not None and row.reference is not None):
+        points = row.model - row.reference
+        return "0 pp" if abs(points) < _ZERO else f"{points:+.3g} pp"
+    return _fmt_error(row.error_pct)
 
 
 def _fmt_range(bounds: tuple[float, float]) -> str:
@@ -1143,7 +1154,9 @@ def write_report(results_dir: Path) -> Path:
         "(cycles counted by its own counters, turned into the row's unit); **seed** is the "
         "published measurement the fabric is modelled after (low–high where the seed gives "
         "a range), its section and sentence in the source column; **error %** is 100 × "
-        "(model − seed) / seed, left out (—) where the seed gives a range or only a bound. Cycles and B/cycle "
+        "(model − seed) / seed, left out (—) where the seed gives a range or only a bound, "
+        "and for a row in % without a tolerance the difference model − seed in "
+        "percentage points (pp). Cycles and B/cycle "
         "are in each fabric's own clock: the SM clock (sm_clock_ghz, 1.785 GHz) for dsm, the "
         "minion clock (minion_mhz, 600 MHz) for mesh unless a row says mesh cycles "
         "(mesh_mhz, 400 MHz), 1 GHz (1 ns) for pcie, at the seeds' clocks unless an "
@@ -1572,8 +1585,10 @@ def print_summary(results_dir: Path, *, console: Console | None = None) -> bool:
         if row.reference_range is not None:
             seed = f"{_fmt_range(row.reference_range)} {row.unit} (target {_target_text(row)})"
         else:
+            error = _error_cell(row)
             seed = (f"{_fmt_number(row.reference)} {row.unit} "
-                    f"({_fmt_error(row.error_pct)}%, target {_target_text(row)})")
+                    f"({error}{'' if error.endswith('pp') else '%'}, "
+                    f"target {_target_text(row)})")
         detail = (f"{r.fabric}/{r.experiment}: {row.quantity} model "
                   f"{_fmt_number(row.model)} vs seed {seed}")
         console.print(

@@ -634,3 +634,20 @@ def test_verification_section_lists_the_faults_survived(results):
     assert "Faults the hardware tolerates" in text
     assert ("| dsm.plane_off | one GX plane switched off (either one) | 1 / 2 (+1 for "
             "information) |") in text
+
+
+def test_a_percentage_without_a_tolerance_is_off_by_points(tmp_path):
+    """A row whose quantity is itself a percentage, with bounds but no
+    tolerance in %, shows its error in percentage points; one with a
+    tolerance keeps the error in % it is checked by."""
+    doc = _dsm_one_way()
+    doc["rows"] = [
+        {"quantity": "load loss", "model": 20.97, "reference": 22.6, "unit": "%",
+         "source": SOURCE, "error_pct": -7.19, "minimum": 22.0, "maximum": 23.0},
+        {"quantity": "store loss", "model": 4.1, "reference": 4.0, "unit": "%",
+         "source": SOURCE, "error_pct": 2.5, "tolerance_pct": 5.0},
+    ]
+    _write(tmp_path, doc)
+    text = write_report(tmp_path).read_text(encoding="utf-8")
+    assert "| load loss | 20.97 | 22.6 | % | -1.63 pp | " in text
+    assert "| store loss | 4.1 | 4 | % | +2.5 | within 5% | ✓ |" in text
