@@ -422,8 +422,9 @@ def _cmd_list(args):
         for col in ("field", "default", "rebuilds", "source"):
             table.add_column(col, overflow="fold")
         for f in dataclasses.fields(_fabric(fabric).config):
-            default = f.default if len(repr(f.default)) < 40 else "(see source)"
-            table.add_row(f.name, repr(default) if default != "(see source)" else default,
+            # the column folds a long value (payload_kib's eleven sizes)
+            default = repr(f.default) if len(repr(f.default)) < 200 else "(see source)"
+            table.add_row(f.name, default,
                           "yes" if f.metadata.get("structural") else "no",
                           f.metadata.get("source", ""))
         console.print(table)
