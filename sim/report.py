@@ -1598,7 +1598,13 @@ def print_summary(results_dir: Path, *, console: Console | None = None) -> bool:
         )
     console.print(_rows_text([row for r in results for row in r.rows]) + " rows met")
     if missed:
+        # the notes are written for the seed's configuration, not a what-if's
+        known = "; ".join(
+            ([] if all(r.what_if for r, _ in missed) else
+             ["the experiment's notes in the report say what is known of it"])
+            + ([] if not any(r.what_if for r, _ in missed) else
+               ["a what-if's rows compare the changed model with the seed's hardware as "
+                "built"]))
         console.print("A missed row is a target the model does not meet, not a failed run "
-                      "(every run finished and its data checked out): the experiment's "
-                      "notes in the report say what is known of it.")
+                      f"(every run finished and its data checked out): {known}.")
     return not missed

@@ -651,3 +651,17 @@ def test_a_percentage_without_a_tolerance_is_off_by_points(tmp_path):
     text = write_report(tmp_path).read_text(encoding="utf-8")
     assert "| load loss | 20.97 | 22.6 | % | -1.63 pp | " in text
     assert "| store loss | 4.1 | 4 | % | +2.5 | within 5% | ✓ |" in text
+
+
+def test_a_missed_what_if_row_is_not_sent_to_the_notes(tmp_path, capsys):
+    """The notes are written for the seed's configuration: after a what-if
+    misses a row, the summary says what its rows compare instead."""
+    from sim.report import print_summary
+
+    doc = _dsm_one_way()
+    doc["rows"][0]["model"], doc["rows"][0]["error_pct"] = 15.0, -24.5
+    _write(tmp_path, {**doc, "set": ["shaper_flits=1"]})
+    assert not print_summary(tmp_path)
+    out = " ".join(capsys.readouterr().out.split())
+    assert "compare the changed model with the seed's hardware as built." in out
+    assert "notes in the report" not in out
