@@ -30,6 +30,7 @@ from typing import Any
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -885,8 +886,6 @@ def _render_chart(result: ExperimentResult) -> bytes:
     if chart.get("x_log2"):
         ax.set_xscale("log", base=2)
     if chart.get("y_log"):
-        from matplotlib.ticker import FuncFormatter
-
         ax.set_yscale("log")
         # plain numbers, not powers of ten; of the minor ticks only 2, 3 and 5
         # of each decade are labelled, so the labels do not overlap
@@ -970,7 +969,12 @@ def _render_plot(result: ExperimentResult) -> bytes:
     many = len(shown) > _MANY_SERIES
     fig = Figure(figsize=(11.0, 6.0) if many else (7.0, 5.5), layout="constrained")
     FigureCanvasAgg(fig)
-    top, bottom = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
+    # Lines through two sizes each leave no residual: no panel for them.
+    two_sizes = all(len(s.payload_bytes) == 2 for s in shown)
+    if two_sizes:
+        top = bottom = fig.subplots(1, 1)
+    else:
+        top, bottom = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
     colors = colormaps["tab20"].colors
     # A baseline is drawn after its series, dashed with hollow marks in its colour.
     drawn = {}
@@ -1001,26 +1005,30 @@ def _render_plot(result: ExperimentResult) -> bytes:
                    if len(s.payload_bytes) > 2 else "")
             ),
         )
-        bottom.plot(kib, s.fit.residuals_cycles, "o" + line, color=color, linewidth=0.8,
-                    **({"markerfacecolor": "none"} if line == "--" else {}))
-    bottom.axhline(0.0, color="0.4", linewidth=0.8)
-    # At least a cycle either way, so that rounding (1e-10 cycles off a line
-    # through two points) is not drawn as a spread.
-    low, high = bottom.get_ylim()
-    bottom.set_ylim(min(low, -1.0), max(high, 1.0))
-    if all(len(s.payload_bytes) == 2 for s in shown):
-        bottom.text(0.5, 0.75, "two sizes a series: each line passes through both, "
-                    "so there is no residual", transform=bottom.transAxes, ha="center",
-                    fontsize="small", color="0.3")
-    top.set_title(textwrap.fill(result.title, 90 if many else 60), fontsize="medium")
+        if not two_sizes:
+            bottom.plot(kib, s.fit.residuals_cycles, "o" + line, color=color, linewidth=0.8,
+                        **({"markerfacecolor": "none"} if line == "--" else {}))
+    if two_sizes:
+        top.set_title(textwrap.fill(result.title, 90 if many else 60) + "\n(two sizes a "
+                      "series: each line passes through both, so no residual is drawn)",
+                      fontsize="medium")
+    else:
+        bottom.axhline(0.0, color="0.4", linewidth=0.8)
+        # At least a cycle either way, so that rounding (1e-10 cycles off a
+        # line through two points) is not drawn as a spread.
+        low, high = bottom.get_ylim()
+        bottom.set_ylim(min(low, -1.0), max(high, 1.0))
+        bottom.set_ylabel("residual (cycles)")
+        top.set_title(textwrap.fill(result.title, 90 if many else 60), fontsize="medium")
     top.set_ylabel("elapsed cycles")
+    # 1,000,000 rather than 1.0 under a "1e6" at the top of the axis
+    top.yaxis.set_major_formatter(FuncFormatter(lambda value, _: _fmt_number(value)))
     if many:
         fig.legend(loc="outside right upper", fontsize="x-small")
     else:
         top.legend(fontsize="small")
     top.grid(True, alpha=0.3)
     bottom.set_xlabel(_PAYLOAD_AXIS.get(result.fabric, "payload (KiB)"))
-    bottom.set_ylabel("residual (cycles)")
     bottom.grid(True, alpha=0.3)
     return _png(fig)
 

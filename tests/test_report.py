@@ -262,8 +262,9 @@ def test_a_baseline_series_is_drawn_in_its_series_colour(tmp_path, monkeypatch):
 
 def test_a_two_point_fit_draws_no_spread_of_rounding(tmp_path, monkeypatch):
     """Lines through two points leave residuals of rounding (1e-10 cycles):
-    the residual axis spans at least a cycle either way and says why it is
-    flat."""
+    with two sizes in every series no residual panel is drawn and the title
+    says why; where other series have more, the residual axis spans at least
+    a cycle either way."""
     import sim.report as report
 
     doc = _dsm_one_way()
@@ -274,11 +275,16 @@ def test_a_two_point_fit_draws_no_spread_of_rounding(tmp_path, monkeypatch):
     (result,) = load_results(tmp_path)
     drawn = _drawn_axes(monkeypatch)
     assert report._render_plot(result).startswith(PNG_MAGIC)
-    residuals = drawn[0][1]
-    low, high = residuals.get_ylim()
+    assert not hasattr(drawn[0], "__len__")          # one panel
+    assert drawn[0].get_title().endswith("so no residual is drawn)")
+    assert drawn[0].get_yticklabels()                # plain numbers, no offset
+    assert drawn[0].yaxis.get_major_formatter()(1_036_000, 0) == "1,036,000"
+    doc["series"][1]["points"] = _dsm_one_way()["series"][1]["points"]
+    _write(tmp_path, doc)
+    (result,) = load_results(tmp_path)
+    assert report._render_plot(result).startswith(PNG_MAGIC)
+    low, high = drawn[1][1].get_ylim()
     assert low <= -1.0 and high >= 1.0
-    assert [t.get_text() for t in residuals.texts] == [
-        "two sizes a series: each line passes through both, so there is no residual"]
 
 
 def test_a_bound_from_the_seed_gives_no_error(tmp_path):
