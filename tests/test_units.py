@@ -439,3 +439,49 @@ def test_the_post_run_check_compares_each_word_of_a_region(granules, words, sour
     # ceil(words / 3) cycles of reads, then a cycle to close each region and one to finish
     assert got == {"cycles": -(-words // 3) + 3, "errors": wrong,
                    "first_bad": 1 << 31 if wrong else 0}
+
+
+def test_crc32_in_the_rtl_is_zlib_s_and_sees_errors_a_sum_misses():
+    """The parallel CRC-32 step equals its serial definition and zlib; the
+    mesh checks built on it (register-file checksum, per-flit sum) change
+    when the top bit of two lanes flips together, which left a sum of lanes
+    mod 2**32 unchanged."""
+    import random
+    import zlib
+
+    from amaranth import Cat, Const, Module, Signal
+
+    from hdl.common.crc import CRC32_INIT, crc32_serial, crc32_step
+    from hdl.etsoc.engine import checksum, flit_sum
+
+    rng = random.Random(7)
+    cases = [(rng.getrandbits(32), rng.getrandbits(bits), bits) for bits in (1, 32, 136)
+             for _ in range(3)]
+    data, addr = rng.getrandbits(128), 0x5A
+    m = Module()
+    outs = [Signal(32, name=f"step{i}") for i in range(len(cases))]
+    for out, (state, value, bits) in zip(outs, cases):
+        m.d.comb += out.eq(crc32_step(Const(state, 32), Const(value, bits)))
+    flit = Signal(32)
+    m.d.comb += flit.eq(~crc32_step(CRC32_INIT, Cat(Const(data, 128), Const(addr, 8))))
+    got = {}
+
+    async def bench(ctx):
+        got["steps"] = [ctx.get(out) for out in outs]
+        got["flit"] = ctx.get(flit)
+
+    _run(m, bench, clocked=False)
+    assert got["steps"] == [crc32_serial(state, value, bits) for state, value, bits in cases]
+    assert got["flit"] == flit_sum(addr, data) == zlib.crc32(
+        data.to_bytes(16, "little") + bytes([addr]))
+    top_bits = (1 << 31) | (1 << 63)
+
+    def lane_sum(word):
+        return sum(word >> (32 * i) & 0xFFFFFFFF for i in range(4)) & 0xFFFFFFFF
+
+    assert lane_sum(data) == lane_sum(data ^ top_bits)     # what the old sum missed
+    assert flit_sum(addr, data) != flit_sum(addr, data ^ top_bits)
+    words = [rng.getrandbits(128) for _ in range(64)]
+    assert checksum(words) != checksum([words[0] ^ top_bits] + words[1:])
+    with pytest.raises(ValueError, match="data must have at least one bit"):
+        crc32_step(CRC32_INIT, Const(0, 0))

@@ -56,19 +56,21 @@ credit arrives.  Credit and barrier flits are one-flit control messages on the
 response channel, which engines always take in.
 
 Register data is real: at ``ctl_init`` every register is filled with
-:func:`register_word`, and at ``ctl_verify`` the engine sums its register file
-into :attr:`MinionEngine.o_checksum` (see :func:`checksum`), which the
-testbench compares with a reference model of the messages.
+:func:`register_word`, and at ``ctl_verify`` the engine takes a CRC-32 of its
+register file into :attr:`MinionEngine.o_checksum` (see :func:`checksum`),
+which the testbench compares with a reference model of the messages.
 """
 
 import enum
+import zlib
 
 from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..common.queue import sync_fifo
+from ..common.crc import CRC32_INIT, crc32_step
 from ..common.flit import VC
+from ..common.queue import sync_fifo
 
 __all__ = ["MsgKind", "EngineReg", "Couple", "MinionEngine", "register_word", "checksum",
            "combine", "flit_sum", "tree_roles"]
@@ -152,28 +154,33 @@ def combine(op, old, new, flit_bytes=16):
 
 
 def checksum(words, flit_bytes=16):
-    """Checksum the engine computes over its register file at ``ctl_verify``.
+    """Checksum the engine computes over its register file at ``ctl_verify``
+    (``words``: its flit-sized words in address order, ints).
 
-    ``sum(lane_k * (2 k + 1)) mod 2**32`` over lanes ``k`` numbered through the
-    file, so a lost, misplaced or corrupted lane changes it.
+    :func:`zlib.crc32` of the file as bytes, each word little-endian, so a
+    lost, misplaced or corrupted byte changes it, and errors do not cancel
+    as they can in a sum (:mod:`hdl.common.crc`).
     """
-    lanes = flit_bytes * 8 // LANE_BITS
-    total = 0
-    for w, word in enumerate(words):
-        for i in range(lanes):
-            k = w * lanes + i
-            total += (word >> (LANE_BITS * i) & 0xFFFFFFFF) * (2 * k + 1)
-    return total & 0xFFFFFFFF
+    return zlib.crc32(b"".join(word.to_bytes(flit_bytes, "little") for word in words))
 
 
 def flit_sum(addr, data, flit_bytes=16):
-    """What one data flit adds to an engine's ``o_tx_sum`` or ``o_rx_sum``:
-    the sum of its 32-bit lanes plus ``addr * 0x10001``, mod 2**32.  Equal sums
-    at both ends of a stream show no flit was lost, duplicated or corrupted in
-    flight, whatever the register files hold."""
-    lanes = flit_bytes * 8 // LANE_BITS
-    total = sum(data >> (LANE_BITS * i) & 0xFFFFFFFF for i in range(lanes))
-    return (total + addr * 0x10001) & 0xFFFFFFFF
+    """What one data flit adds to an engine's ``o_tx_sum`` or ``o_rx_sum``,
+    mod 2**32: :func:`zlib.crc32` of its data (``flit_bytes``, little-endian)
+    followed by its word address (one byte).  Equal sums at both ends of a
+    stream show no flit was lost, duplicated or corrupted in flight, whatever
+    the register files hold; a sum of the flits' CRCs does not depend on the
+    order they arrive in, as a tree's interleaved children need, and an error
+    inside a flit changes its CRC, not just a lane's value.
+
+    Raises
+    ------
+    ValueError
+        If ``addr`` does not fit a byte.
+    """
+    if not 0 <= addr < 256:
+        raise ValueError(f"addr must be a word address from 0 to 255, not {addr}")
+    return zlib.crc32(data.to_bytes(flit_bytes, "little") + bytes([addr]))
 
 
 def tree_roles(minion, levels):
@@ -250,7 +257,8 @@ class MinionEngine(wiring.Component):
         ``i_now`` when the first and the latest receive of this run retired;
         0 until one has.
     o_checksum : Out(32)
-        See :func:`checksum`.
+        See :func:`checksum`: one lane of 32 bits shifted into the CRC per
+        cycle of the verify.
     o_errors : Out(16)
         Flits from a minion other than the current receive's partner, while
         running (protocol errors; consumed, never written).  A partner's flit
@@ -756,15 +764,16 @@ class MinionEngine(wiring.Component):
             m.d.comb += [wr.en.eq(1), wr.addr.eq(c_word), wr.data.eq(combined)]
 
         if self.checks:
-            # --- verify: checksum one lane per cycle --------------------------------
+            # --- verify: a CRC-32 of the register file, one lane per cycle ----------
             verifying = Signal()
             v_word = Signal(wbits + 1)
             v_lane = Signal(range(lanes + 1))
             v_valid = Signal()
-            v_k = Signal(16)
+            crc = Signal(32, init=CRC32_INIT)
+            m.d.comb += self.o_checksum.eq(~crc)
             with m.If(self.i_verify):
-                m.d.sync += [verifying.eq(1), v_word.eq(0), v_lane.eq(0), v_k.eq(0),
-                             self.o_checksum.eq(0), self.o_verify_done.eq(0)]
+                m.d.sync += [verifying.eq(1), v_word.eq(0), v_lane.eq(0), crc.eq(CRC32_INIT),
+                             self.o_verify_done.eq(0)]
             with m.Elif(verifying):
                 m.d.comb += rd_tx.addr.eq(v_word[:wbits])
                 with m.If(v_word == words):
@@ -775,8 +784,7 @@ class MinionEngine(wiring.Component):
                     with m.If(v_valid):
                         lane_value = rd_tx.data.word_select(v_lane[:max(1, (lanes - 1).bit_length())],
                                                             LANE_BITS)
-                        m.d.sync += [self.o_checksum.eq(self.o_checksum + lane_value * (2 * v_k + 1)),
-                                     v_k.eq(v_k + 1)]
+                        m.d.sync += crc.eq(crc32_step(crc, lane_value))
                         with m.If(v_lane == lanes - 1):
                             m.d.sync += [v_lane.eq(0), v_word.eq(v_word + 1), v_valid.eq(0)]
                         with m.Else():
@@ -784,8 +792,7 @@ class MinionEngine(wiring.Component):
 
             # --- transfer sums (see flit_sum) -----------------------------------------
             def fsum(flit):
-                return sum(flit.data.word_select(i, LANE_BITS) for i in range(lanes)) \
-                    + flit.addr * 0x10001
+                return ~crc32_step(CRC32_INIT, Cat(flit.data, flit.addr))
             with m.If(~self.i_start & self.o_req.valid & self.o_req.ready
                       & (self.o_req.payload.kind == MsgKind.DATA)):
                 m.d.sync += self.o_tx_sum.eq(self.o_tx_sum + fsum(self.o_req.payload))
