@@ -637,23 +637,33 @@ def pool(jobs):
     leads a process group of its own, so a Ctrl-C reaches this process alone;
     if the block ends by an exception (``KeyboardInterrupt`` included), every
     worker's group, its simulator included, is sent SIGTERM rather than
-    waited for, and the tasks not yet started fail with the broken pool.  A
-    normal end waits for the workers."""
+    waited for, and the tasks not yet started fail with the broken pool.
+    Inside the block (in the main thread) SIGTERM and SIGHUP raise
+    ``KeyboardInterrupt`` as Ctrl-C does, so ``kill``, ``timeout`` or a
+    closed terminal stop the workers too.  A normal end waits for the
+    workers."""
     import concurrent.futures
     import multiprocessing
     import signal
+
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
 
     context = multiprocessing.get_context("spawn")
     before = set(multiprocessing.active_children())
     workers = concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context,
                                                      initializer=os.setpgrp)
+    stops = (signal.SIGTERM, signal.SIGHUP)
+    main = threading.current_thread() is threading.main_thread()
+    handlers = {s: signal.signal(s, interrupted) for s in stops} if main else {}
     try:
         yield workers
+        workers.shutdown(wait=True)
     except BaseException:
         # a second Ctrl-C (or the copy `timeout` sends its process group) must
         # not cut this short and leave workers running
-        main = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+        previous = ({s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, *stops)}
+                    if main else {})
         try:
             # not cancel_futures: the pool's thread then fails the queued
             # tasks as broken, where it would trip over cancelled ones
@@ -666,9 +676,11 @@ def pool(jobs):
                 child.terminate()
         finally:
             if main:
-                signal.signal(signal.SIGINT, previous)
+                signal.signal(signal.SIGINT, previous[signal.SIGINT])
         raise
-    workers.shutdown(wait=True)
+    finally:
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
 
 
 #: Seconds between the progress lines of a long command (``run``, ``sweep``,

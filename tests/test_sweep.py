@@ -3,6 +3,7 @@ local process pool and a local Dask cluster."""
 
 import csv
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -217,6 +218,33 @@ def test_an_interrupted_pool_stops_its_workers_without_waiting():
         time.sleep(0.05)
     assert children and not any(c.is_alive() for c in children)
     assert time.monotonic() - started < 20
+
+
+def test_sigterm_stops_a_pool_as_ctrl_c_does():
+    """kill or timeout (SIGTERM) inside a pool's block raises
+    KeyboardInterrupt, so its workers are stopped rather than left running;
+    the handler is put back after the block."""
+    import multiprocessing
+    import signal
+    import time
+
+    from sim.cli import pool
+
+    before = signal.getsignal(signal.SIGTERM)
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+        with pool(1) as workers:
+            running = workers.submit(time.sleep, 60)
+            while not running.running():
+                time.sleep(0.05)
+            children = multiprocessing.active_children()
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(30)                      # the signal arrives first
+    while any(c.is_alive() for c in children) and time.monotonic() - started < 20:
+        time.sleep(0.05)
+    assert children and not any(c.is_alive() for c in children)
+    assert time.monotonic() - started < 20
+    assert signal.getsignal(signal.SIGTERM) == before
 
 
 def test_a_tagged_sweep_keeps_the_earlier_table(tmp_path):
