@@ -371,10 +371,35 @@ _BOOLEAN = {"1": True, "true": True, "yes": True, "on": True,
 
 def folder_option(text):
     """``--results`` or ``--build`` value: a folder path, not empty (an empty
-    path would mean the current folder)."""
+    path would mean the current folder), that the file system can name
+    (:func:`path_too_long`)."""
     if not text.strip():
         raise argparse.ArgumentTypeError(f"a folder must be named, not {text!r}")
+    too_long = path_too_long(text)
+    if too_long:
+        raise argparse.ArgumentTypeError(f"a folder the file system can name, not one {too_long}")
     return text
+
+
+def path_too_long(path):
+    """Why the file system cannot name ``path`` (``"whose name 'aaa...' is
+    300 bytes, over 255"``), or ``""``: a name in it longer than the file
+    system allows, or the whole path longer than the system allows, either
+    of which makes every use of the path fail (``File name too long``)."""
+    path = os.fsencode(os.path.abspath(path))
+    try:
+        most_name = os.pathconf("/", "PC_NAME_MAX")
+        most_path = os.pathconf("/", "PC_PATH_MAX")
+    except (OSError, ValueError, AttributeError):   # not POSIX: the usual limits
+        most_name, most_path = 255, 4096
+    for name in path.split(b"/"):
+        if len(name) > most_name:
+            shown = os.fsdecode(name)
+            shown = shown[:20] + "..." if len(shown) > 23 else shown
+            return f"whose name {shown!r} is {len(name)} bytes, over {most_name}"
+    if len(path) >= most_path:
+        return f"of {len(path)} bytes, over {most_path - 1}"
+    return ""
 
 
 #: Most simulations or syntheses ``--jobs`` may run at once.

@@ -111,10 +111,12 @@ def load_config_file(path):
         of its fabric's, or a value of the wrong TOML type (a string for a
         number, say).
     """
-    from sim.cli import FABRICS, UsageError, _fabric, unknown_field
+    from sim.cli import FABRICS, UsageError, _fabric, path_too_long, unknown_field
 
     if not str(path):
         raise UsageError("--config must name a TOML file, not ''")
+    if too_long := path_too_long(path):
+        raise UsageError(f"--config must be a file the file system can name, not one {too_long}")
     if Path(path).exists() and not Path(path).is_file():
         # a folder, or a device or pipe that could be read without end
         raise UsageError(f"--config must be a readable TOML file, not {str(path)!r} "

@@ -772,3 +772,24 @@ def test_a_run_still_moving_at_its_limit_is_not_called_stuck():
         "run load@40KiB: still moving when its limit of 336001 cycles ran out (no stall; the "
         "limit grows with watchdog_cycles: raise it for a slower configuration); ")
     assert unfinished("run load@16KiB", "stuck", 21) == "run load@16KiB: stuck after 21 cycles; "
+
+
+@pytest.mark.parametrize("where", ["--results", "--build", "--config"])
+def test_a_path_too_long_for_the_file_system_is_refused_in_one_line(tmp_path, capsys, where):
+    """A name over the file system's 255 bytes gives one line naming the
+    option, not a traceback, and nothing is made."""
+    long = str(tmp_path / ("a" * 300))
+    argv = ["--results", str(tmp_path / "r"), "--build", str(tmp_path / "b"), "run",
+            "pcie.peer_copy"]
+    if where == "--config":
+        argv += ["--config", long + ".toml"]
+    else:
+        argv[argv.index(where) + 1] = long
+    try:
+        status = main(argv)
+    except SystemExit as stop:          # an option's type refused by the parser
+        status = stop.code
+    err = capsys.readouterr().err.strip()
+    assert status == 2 and len(err.splitlines()) == 1, err
+    assert where in err and "bytes, over 255" in err
+    assert not list(tmp_path.iterdir())
