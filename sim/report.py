@@ -652,7 +652,9 @@ def _experiment_order(path: Path) -> tuple:
 
 
 def load_results(results_dir: Path) -> list[ExperimentResult]:
-    """Read and check every ``<fabric>/<experiment>.json`` under a directory.
+    """Read and check every ``<fabric>/<experiment>.json`` under a directory,
+    ``<fabric>`` one of :data:`sim.cli.FABRICS`; other folders (``sweep/``,
+    notes) are not read.
 
     Parameters
     ----------
@@ -677,8 +679,11 @@ def load_results(results_dir: Path) -> list[ExperimentResult]:
     if not results_dir.is_dir():
         raise FileNotFoundError(f"results directory {results_dir} "
                                 + ("is a file" if results_dir.exists() else "does not exist"))
-    # sweep/ holds sweep tables, not experiment results.
-    paths = sorted((p for p in results_dir.glob("*/*.json") if p.parent.name != SWEEP_DIR),
+    from sim.cli import FABRICS
+
+    # only the fabrics' folders: not sweep/ (sweep tables), nor a folder of
+    # notes, nor a build folder given as the results folder too
+    paths = sorted((p for fabric in FABRICS for p in (results_dir / fabric).glob("*.json")),
                    key=_experiment_order)
     if not paths:
         raise FileNotFoundError(f"no <fabric>/<experiment>.json result files under {results_dir}")

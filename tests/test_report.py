@@ -671,3 +671,14 @@ def test_a_missed_what_if_row_is_not_sent_to_the_notes(tmp_path, capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert "compare the changed model with the seed's hardware as built." in out
     assert "notes in the report" not in out
+
+
+def test_the_report_reads_only_the_fabrics_folders(tmp_path):
+    """A JSON file in another folder of the results (notes, a build folder
+    given as the results folder too) is not read as a result."""
+    _write(tmp_path, _dsm_one_way())
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "todo.json").write_text('{"todo": 1}\n')
+    (tmp_path / "simulations").mkdir()
+    (tmp_path / "simulations" / "0123.json").write_text('{"key": "0123", "result": {}}\n')
+    assert [r.experiment for r in load_results(tmp_path)] == ["one_way"]
