@@ -36,16 +36,17 @@ import dataclasses
 import io
 import itertools
 import json
+import math
 import re
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["TAG_PATTERN", "check_outputs", "grid_points", "map_tasks", "metric_rows",
-           "outputs_checked", "parse_grid", "plan_sweep", "points_shown", "progress_line",
-           "replaced_note", "run_sweep", "seed_text", "sweep_table", "table_stem",
-           "write_sweep"]
+__all__ = ["MAX_POINTS", "TAG_PATTERN", "check_outputs", "grid_points", "map_tasks",
+           "metric_rows", "outputs_checked", "parse_grid", "plan_sweep", "points_shown",
+           "progress_line", "replaced_note", "run_sweep", "seed_text", "sweep_table",
+           "table_stem", "write_sweep"]
 
 ENGINES = ("local", "dask")
 
@@ -90,6 +91,11 @@ def parse_grid(config_cls, items):
     return grid
 
 
+#: Most points a sweep's grid may have: planning takes milliseconds a point
+#: and each point is a simulation (or a synthesis) of seconds to minutes.
+MAX_POINTS = 10_000
+
+
 def grid_points(grid, items, plan, same=lambda planned: planned):
     """``[(point, point items, plan(point items))]`` for every point of ``grid``
     (``[(field, [values])]``), in product order: ``point`` is ``{field: value
@@ -101,11 +107,16 @@ def grid_points(grid, items, plan, same=lambda planned: planned):
     Raises
     ------
     UsageError
-        If an ``items`` field is also swept, ``plan`` raises it for a point,
-        or two points are one configuration; the message names the points.
+        If the grid has more than :data:`MAX_POINTS` points, an ``items``
+        field is also swept, ``plan`` raises it for a point, or two points
+        are one configuration; the message names the points.
     """
     from sim.cli import UsageError
 
+    points = math.prod(len(values) for _, values in grid)
+    if points > MAX_POINTS:
+        raise UsageError(f"--grid must give at most {MAX_POINTS:,} points, not {points:,} "
+                         f"({' x '.join(str(len(v)) for _, v in grid)}); split the sweep")
     swept = {field for field, _ in grid}
     for item in items:
         if item.partition("=")[0] in swept:

@@ -88,6 +88,11 @@ def test_a_bad_point_names_the_point():
      "one of cpcs,"),
     (["sweep", "synth.pcie_link", "--grid", "datapath_bytes=32", "--set", "lanes=4"],
      "synth.pcie_link takes only structural fields of pcie"),
+    # more points than a sweep may have, refused before any is planned
+    (["sweep", "pcie.peer_copy",
+      "--grid", "switch_latency_cycles=" + ",".join(map(str, range(101))),
+      "--grid", "socket_latency_cycles=" + ",".join(map(str, range(100)))],
+     "--grid must give at most 10,000 points, not 10,100 (101 x 100); split the sweep\n"),
     # a misspelt field: the closest structural field, never a run-time one
     (["sweep", "synth.shaper", "--grid", "link_bufer_flits=4,8"],
      "not 'link_bufer_flits' (did you mean link_buffer_flits?)\n"),
