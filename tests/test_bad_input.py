@@ -772,6 +772,9 @@ def test_a_run_still_moving_at_its_limit_is_not_called_stuck():
         "run load@40KiB: still moving when its limit of 336001 cycles ran out (no stall; the "
         "limit grows with watchdog_cycles: raise it for a slower configuration); ")
     assert unfinished("run load@16KiB", "stuck", 21) == "run load@16KiB: stuck after 21 cycles; "
+    # a watchdog set below the fabric's round trips shows in the message
+    assert unfinished("run load@16KiB", "stuck", 2, watchdog=1) == (
+        "run load@16KiB: stuck after 2 cycles (no progress for watchdog_cycles = 1); ")
 
 
 @pytest.mark.parametrize("where", ["--results", "--build", "--config"])

@@ -26,7 +26,7 @@ def load_reference(name):
     return tomllib.loads(resources.files("sim.reference").joinpath(f"{name}.toml").read_text())
 
 
-def unfinished(label, ended, cycles, *, stuck="{ended}"):
+def unfinished(label, ended, cycles, *, stuck="{ended}", watchdog=None):
     """The start of the error for a run that did not finish, ``"{label}: ...; "``.
 
     ``ended`` is ``"stuck"`` (the watchdog saw no progress for
@@ -34,10 +34,14 @@ def unfinished(label, ended, cycles, *, stuck="{ended}"):
     say ``"run ended {ended}"``), or ``"timeout"``: traffic was still moving
     when the run's cycle limit ran out, which a slow configuration (long
     latencies, small windows) can reach; each fabric's limit grows with
-    ``watchdog_cycles``, so the message says to raise it.
+    ``watchdog_cycles``, so the message says to raise it.  A stuck run's
+    message gives ``watchdog``, the ``watchdog_cycles`` it ran with, when
+    given: one set below the fabric's round trips stops runs that are only
+    waiting for a reply, and the message should show it.
     """
     if ended == "timeout":
         return (f"{label}: still moving when its limit of {cycles} cycles ran out (no stall; "
                 f"the limit grows with watchdog_cycles: raise it for a slower "
                 f"configuration); ")
-    return f"{label}: {stuck.format(ended=ended)} after {cycles} cycles; "
+    quiet = f" (no progress for watchdog_cycles = {watchdog})" if watchdog is not None else ""
+    return f"{label}: {stuck.format(ended=ended)} after {cycles} cycles{quiet}; "

@@ -170,7 +170,8 @@ def check_run(cfg, run):
     counters = run["counters"]
     label = run["label"]
     if run["ended"] != "done":
-        raise ExperimentError(unfinished(f"run {label}", run["ended"], counters["cycles"])
+        raise ExperimentError(unfinished(f"run {label}", run["ended"], counters["cycles"],
+                                         watchdog=cfg.watchdog_cycles)
                               + stuck_report(cfg, counters))
     if counters["overflow"]:
         raise ExperimentError(f"run {label}: a buffer overflowed (credit protocol broken)")

@@ -611,7 +611,8 @@ def check_run(cfg, run, got):
             held += "; asleep waiting for a credit: " + ", ".join(asleep)
         held = "; ".join([held, *stall.describe(c, stall_blocks(cfg))])
         raise ExperimentError(unfinished(label, got["ended"], c.get("cycles"),
-                                         stuck="run ended {ended}") + held)
+                                         stuck="run ended {ended}",
+                                         watchdog=cfg.watchdog_cycles) + held)
     counters = got["counters"]
     if counters["overflow"]:
         raise ExperimentError(f"{label}: a buffer overflowed (credit protocol broken)")

@@ -297,7 +297,8 @@ def check_run(cfg, run, got):
         waiting = [f"gpu{g} has {c[f'gpu{g}.rx_bytes']} of {run['expect'][g]} B"
                    for g in range(cfg.gpus) if c[f"gpu{g}.rx_bytes"] != run["expect"][g]]
         raise ExperimentError(unfinished(label, got["ended"], c["cycles"],
-                                         stuck="run ended {ended}")
+                                         stuck="run ended {ended}",
+                                         watchdog=cfg.watchdog_cycles)
                               + "; ".join(waiting + stall.describe(c, stall_blocks(cfg))))
     if c["overflow"]:
         raise ExperimentError(f"{label}: a buffer overflowed (flow control broken)")
