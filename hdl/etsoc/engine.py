@@ -56,20 +56,19 @@ credit arrives.  Credit and barrier flits are one-flit control messages on the
 response channel, which engines always take in.
 
 Register data is real: at ``ctl_init`` every register is filled with
-:func:`register_word`, and at ``ctl_verify`` the engine takes a CRC-32 of its
-register file into :attr:`MinionEngine.o_checksum` (see :func:`checksum`),
-which the testbench compares with a reference model of the messages.
+:func:`register_word`, and at ``ctl_verify`` the engine checksums its register
+file into :attr:`MinionEngine.o_checksum` (see :func:`checksum`), which the
+testbench compares with a reference model of the messages.
 """
 
 import enum
-import zlib
 
 from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..common.crc import CRC32_INIT, crc32_step
 from ..common.flit import VC
+from ..common.mix import GOLDEN, fmix32_value, mixed_sum
 from ..common.queue import sync_fifo
 
 __all__ = ["MsgKind", "EngineReg", "Couple", "MinionEngine", "register_word", "checksum",
@@ -153,34 +152,30 @@ def combine(op, old, new, flit_bytes=16):
     return out
 
 
+def _lanes(word, flit_bytes):
+    return [word >> (LANE_BITS * i) & 0xFFFFFFFF for i in range(flit_bytes * 8 // LANE_BITS)]
+
+
 def checksum(words, flit_bytes=16):
     """Checksum the engine computes over its register file at ``ctl_verify``
     (``words``: its flit-sized words in address order, ints).
 
-    :func:`zlib.crc32` of the file as bytes, each word little-endian, so a
-    lost, misplaced or corrupted byte changes it, and errors do not cancel
-    as they can in a sum (:mod:`hdl.common.crc`).
+    :func:`hdl.common.mix.mixed_sum` of its 32-bit lanes numbered through the
+    file: a lost, misplaced or corrupted lane changes it, and errors in
+    several lanes do not cancel as they can in a plain sum.
     """
-    return zlib.crc32(b"".join(word.to_bytes(flit_bytes, "little") for word in words))
+    return mixed_sum([lane for word in words for lane in _lanes(word, flit_bytes)])
 
 
 def flit_sum(addr, data, flit_bytes=16):
     """What one data flit adds to an engine's ``o_tx_sum`` or ``o_rx_sum``,
-    mod 2**32: :func:`zlib.crc32` of its data (``flit_bytes``, little-endian)
-    followed by its word address (one byte).  Equal sums at both ends of a
-    stream show no flit was lost, duplicated or corrupted in flight, whatever
-    the register files hold; a sum of the flits' CRCs does not depend on the
-    order they arrive in, as a tree's interleaved children need, and an error
-    inside a flit changes its CRC, not just a lane's value.
-
-    Raises
-    ------
-    ValueError
-        If ``addr`` does not fit a byte.
-    """
-    if not 0 <= addr < 256:
-        raise ValueError(f"addr must be a word address from 0 to 255, not {addr}")
-    return zlib.crc32(data.to_bytes(flit_bytes, "little") + bytes([addr]))
+    mod 2**32: :func:`hdl.common.mix.mixed_sum` of its 32-bit lanes, numbered
+    from ``addr × lanes``, so the word address counts too.  Equal sums at
+    both ends of a stream show no flit was lost, duplicated or corrupted in
+    flight, whatever the register files hold, and do not depend on the order
+    the flits arrive in, as a tree's interleaved children need."""
+    lanes = _lanes(data, flit_bytes)
+    return mixed_sum(lanes, first=addr * len(lanes))
 
 
 def tree_roles(minion, levels):
@@ -257,8 +252,7 @@ class MinionEngine(wiring.Component):
         ``i_now`` when the first and the latest receive of this run retired;
         0 until one has.
     o_checksum : Out(32)
-        See :func:`checksum`: one lane of 32 bits shifted into the CRC per
-        cycle of the verify.
+        See :func:`checksum`: one 32-bit lane a cycle of the verify.
     o_errors : Out(16)
         Flits from a minion other than the current receive's partner, while
         running (protocol errors; consumed, never written).  A partner's flit
@@ -764,16 +758,15 @@ class MinionEngine(wiring.Component):
             m.d.comb += [wr.en.eq(1), wr.addr.eq(c_word), wr.data.eq(combined)]
 
         if self.checks:
-            # --- verify: a CRC-32 of the register file, one lane per cycle ----------
+            # --- verify: checksum one lane per cycle --------------------------------
             verifying = Signal()
             v_word = Signal(wbits + 1)
             v_lane = Signal(range(lanes + 1))
             v_valid = Signal()
-            crc = Signal(32, init=CRC32_INIT)
-            m.d.comb += self.o_checksum.eq(~crc)
+            v_key = Signal(32)      # the lane's number times GOLDEN
             with m.If(self.i_verify):
-                m.d.sync += [verifying.eq(1), v_word.eq(0), v_lane.eq(0), crc.eq(CRC32_INIT),
-                             self.o_verify_done.eq(0)]
+                m.d.sync += [verifying.eq(1), v_word.eq(0), v_lane.eq(0), v_key.eq(0),
+                             self.o_checksum.eq(0), self.o_verify_done.eq(0)]
             with m.Elif(verifying):
                 m.d.comb += rd_tx.addr.eq(v_word[:wbits])
                 with m.If(v_word == words):
@@ -784,7 +777,9 @@ class MinionEngine(wiring.Component):
                     with m.If(v_valid):
                         lane_value = rd_tx.data.word_select(v_lane[:max(1, (lanes - 1).bit_length())],
                                                             LANE_BITS)
-                        m.d.sync += crc.eq(crc32_step(crc, lane_value))
+                        m.d.sync += [self.o_checksum.eq(
+                                         self.o_checksum + fmix32_value((lane_value + v_key)[:32])),
+                                     v_key.eq(v_key + GOLDEN)]
                         with m.If(v_lane == lanes - 1):
                             m.d.sync += [v_lane.eq(0), v_word.eq(v_word + 1), v_valid.eq(0)]
                         with m.Else():
@@ -792,7 +787,10 @@ class MinionEngine(wiring.Component):
 
             # --- transfer sums (see flit_sum) -----------------------------------------
             def fsum(flit):
-                return ~crc32_step(CRC32_INIT, Cat(flit.data, flit.addr))
+                base = (flit.addr * (lanes * GOLDEN))[:32]
+                return sum(fmix32_value((flit.data.word_select(i, LANE_BITS) + base
+                                         + i * GOLDEN)[:32])
+                           for i in range(lanes))
             with m.If(~self.i_start & self.o_req.valid & self.o_req.ready
                       & (self.o_req.payload.kind == MsgKind.DATA)):
                 m.d.sync += self.o_tx_sum.eq(self.o_tx_sum + fsum(self.o_req.payload))
