@@ -74,9 +74,10 @@ class ResultRow:
     source : str or None
         Seed file and section the reference comes from.
     error_pct : float or None
-        Signed error of ``model`` against ``reference`` in percent; None
-        when ``reference`` is only the row's bound
-        (:func:`sim.fit.reference_is_bound`).
+        Signed error of ``model`` against ``reference`` in percent, computed
+        when the row is loaded (a result file's own ``error_pct`` is not
+        used); None when either is missing or ``reference`` is zero or only
+        the row's bound (:func:`sim.fit.row_error_pct`).
     tolerance_pct : float or None
         Largest allowed ``|error_pct|`` in percent; None means not checked.
     target : str or None
@@ -337,19 +338,19 @@ def _load_row(ctx: _Context, raw: Any, where: str) -> ResultRow:
     model = None if model is None else float(ctx.number(row, "model", where))
     unit = ctx.string(row, "unit", where)
     reference = ctx.number(row, "reference", where, optional=True)
-    err = ctx.number(row, "error_pct", where, optional=True)
+    ctx.number(row, "error_pct", where, optional=True)   # type-checked, then recomputed
     tolerance = ctx.number(row, "tolerance_pct", where, optional=True)
     minimum = _optional_float(ctx.number(row, "minimum", where, optional=True))
     maximum = _optional_float(ctx.number(row, "maximum", where, optional=True))
-    if reference_is_bound(reference, minimum=minimum, maximum=maximum, tolerance_pct=tolerance):
-        err = None   # not an error against a seed's bound, even one an older file gives
-    elif err is None:
-        err = row_error_pct(model, reference)
+    # The error is recomputed from the model and the seed's value rather than
+    # read: the file's own error_pct could say a row is met that is not.
+    err = row_error_pct(model, reference, minimum=minimum, maximum=maximum,
+                        tolerance_pct=tolerance)
     if tolerance is not None:
         if tolerance < 0:
             raise ctx.error(where, f"key 'tolerance_pct' must be non-negative, not {tolerance!r}")
         if err is None and model is not None:
-            raise ctx.error(where, "has 'tolerance_pct' but neither 'error_pct' nor a non-zero 'reference'")
+            raise ctx.error(where, "has 'tolerance_pct' but no non-zero 'reference'")
     return ResultRow(
         quantity=quantity,
         model=model,

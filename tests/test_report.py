@@ -52,7 +52,7 @@ def _dsm_one_way():
                 "reference": 19.87,
                 "unit": "B/cycle",
                 "source": SOURCE,
-                "error_pct": -0.85,
+                "error_pct": -0.856,
                 "tolerance_pct": 3.0,
                 "target": "within 3%",
             },
@@ -134,7 +134,7 @@ def test_report_rows_marks_and_plots(results):
     assert "| dsm | one_way | A: one-way, 2 SMs | 1 / 2 (+1 for information) | ✗ |" in text
     assert "| mesh | latency | Mesh zero-load latency | 1 / 1 | ✓ |" in text
     # Per-experiment rows, formatted to 3-4 significant figures.
-    assert f"| load B/cycle | 19.7 | 19.87 | B/cycle | -0.85 | within 3% | ✓ | {SOURCE} |" in text
+    assert f"| load B/cycle | 19.7 | 19.87 | B/cycle | -0.856 | within 3% | ✓ | {SOURCE} |" in text
     assert f"| store B/cycle | 17 | 18.87 | B/cycle | -9.91 | within 3% | ✗ | {SOURCE} |" in text
     assert "| fill/drain alpha | 800 | — | cycles | — | model only | — | — |" in text
     assert "| hop latency | 4 | 4 | cycles | 0 | exact | ✓ | somewhere |" in text
@@ -219,6 +219,17 @@ def test_a_seed_range_shows_as_a_range_without_an_error(tmp_path):
 def test_error_pct_computed_when_missing(tmp_path):
     doc = _mesh_latency()
     doc["rows"][0].update(model=4.4, error_pct=None, tolerance_pct=5.0)
+    _write(tmp_path, doc)
+    (result,) = load_results(tmp_path)
+    assert result.rows[0].error_pct == pytest.approx(10.0)
+    assert result.rows[0].met is False
+
+
+def test_error_pct_in_the_file_is_not_trusted(tmp_path):
+    """A result file whose error_pct claims the row is within its tolerance
+    is reported with the error its model and reference give."""
+    doc = _mesh_latency()
+    doc["rows"][0].update(model=4.4, error_pct=0.5, tolerance_pct=5.0)
     _write(tmp_path, doc)
     (result,) = load_results(tmp_path)
     assert result.rows[0].error_pct == pytest.approx(10.0)
