@@ -532,7 +532,9 @@ EXPERIMENTS = {e.name: e for e in (
                       "4.5 % to the one-way rate, while its 16-SM ring loses under 0.72 % to "
                       "the shaper's. One ACK rate cannot give both: B's loss needs about one "
                       "ACK per 21 flits, the ring's no more than one per 138; the model's one "
-                      "per 40 lies between, with B's and the rings' rows within 3 %.",)),
+                      "per 40 lies between, with B's and the rings' rows within 3 %. The seed's "
+                      "sentence is cut off before its formula: read instead as within 0.72 % of "
+                      "the 2-SM ring scaled linearly, the model's 16-SM ring meets it (above).",)),
     Experiment("topology", "E: 16 SMs at 64 KiB: ring strides and adjacent pairs",
                tuple(Series(f"stride{s}", _ring(16, s), 16, (64,)) for s in range(1, 16))
                + (Series("pairs", _pairs(16), 16, (64,)),),
