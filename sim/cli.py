@@ -1049,11 +1049,11 @@ def _cmd_sweep(args):
     run_root = Path(args.build) / "runs" / args.sim / "sweep" / stem
 
     def check(data):
-        # on the grid's first point, so that a mistyped --metric costs a point
-        # or two, not the sweep
+        # on the first point to finish without failing, so that a mistyped
+        # --metric costs a point or two, not the sweep
         quantities = list(dict.fromkeys(r["quantity"] for r in data["rows"]))
         if args.metric is not None and not any(q.startswith(args.metric) for q in quantities):
-            raise UsageError(f"--metric must start a row's quantity (of the first point: "
+            raise UsageError(f"--metric must start a row's quantity (of the first point done: "
                              f"{'; '.join(quantities)}), not {args.metric!r}; the sweep "
                              f"stopped there")
     with sweep.outputs_checked(results_dir, stem, args.build):

@@ -225,8 +225,9 @@ def map_tasks(fn, tasks, engine="local", jobs=1, scheduler=None, progress=None,
     raised, or whose worker died (a killed process, a lost Dask worker), gives
     ``(None, message)`` and fails only itself.
     ``progress(done, total, index, error)`` is called as each task finishes,
-    and ``check(result)`` with the first task's result when that task did
-    not fail: a :class:`~sim.cli.UsageError` it raises is raised at once,
+    and ``check(result)`` with the first result to come back from a task
+    that did not fail (in the order they finish; a failed point before it
+    is not checked): a :class:`~sim.cli.UsageError` it raises is raised at once,
     and the tasks no worker has taken never run (the local pool stops its
     running ones too, see :func:`sim.cli.pool`; Dask cannot stop a running
     task, which ends on its worker).
@@ -242,6 +243,7 @@ def map_tasks(fn, tasks, engine="local", jobs=1, scheduler=None, progress=None,
     if engine not in ENGINES:
         raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     out = [None] * len(tasks)
+    unchecked = [check is not None]
 
     def finished(done, i, future):
         try:
@@ -250,7 +252,8 @@ def map_tasks(fn, tasks, engine="local", jobs=1, scheduler=None, progress=None,
             out[i] = (None, f"{type(error).__name__}: {error}")
         if progress:
             progress(done, len(tasks), i, out[i][1])
-        if check is not None and i == 0 and out[i][1] is None:
+        if unchecked[0] and out[i][1] is None:
+            unchecked[0] = False
             check(out[i][0])
 
     if engine == "local":

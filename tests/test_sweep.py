@@ -373,6 +373,20 @@ def test_a_check_that_refuses_the_first_result_cancels_the_points_not_started():
     assert time.monotonic() - started < 8     # not 20 x 0.5 s on top of the pool's start
 
 
+def test_a_check_waits_for_the_first_point_that_does_not_fail():
+    """When the grid's first point fails, a --metric is checked on the next
+    one that succeeds, not only once every point has run."""
+    seen = []
+
+    def check(result):
+        seen.append(result)
+        raise UsageError("--metric must start a row's quantity")
+
+    with pytest.raises(UsageError, match="--metric"):
+        sweep.map_tasks(int, [("x",), ("7",), *[("1",)] * 20], jobs=1, check=check)
+    assert seen == [7]
+
+
 def test_a_sweep_shows_its_points_while_they_run(tmp_path, capsys, monkeypatch,
                                                   progress_lines):
     """A point that builds a new configuration is silent for minutes; while
