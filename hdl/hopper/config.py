@@ -12,13 +12,17 @@ from dataclasses import dataclass
 
 from ..common.params import ConfigBase, runtime_field, structural_field
 
-__all__ = ["DsmConfig", "STRUCTURAL", "slot_of", "cpc_of", "tpc_of", "eg_of"]
+__all__ = ["DsmConfig", "MAX_PAYLOAD_SIZES", "STRUCTURAL", "slot_of", "cpc_of", "tpc_of", "eg_of"]
 
 SEED = "000_8cf2435219a2167b.txt"
 
 
 _hw = structural_field
 _run = runtime_field
+
+#: Most sizes ``payload_kib`` may list: each is one run of every series of
+#: an experiment (the seed's sweep has 11, 16 to 96 KiB in 8 KiB steps).
+MAX_PAYLOAD_SIZES = 64
 
 #: ``gx_planes`` spellings and the mask of GX planes each switches on (bit p:
 #: GXp); the first spelling of a mask is the one a configuration keeps.
@@ -91,7 +95,8 @@ class DsmConfig(ConfigBase):
                                  "(CPC-major, then TPC, then SM)")
     gx_planes: str = _run("gx0,gx1", f"{SEED}: 'firmware may shut down one plane'")
     payload_kib: tuple = _run((16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96),
-                              f"{SEED}: 'sweeps a single unique-address tile from 16 to 96 KiB'")
+                              f"{SEED}: 'sweeps a single unique-address tile from 16 to 96 KiB' "
+                              f"(2 to {MAX_PAYLOAD_SIZES} sizes)")
     sm_clock_ghz: float = _run(1.785, f"{SEED}: 'approximately 1.785-GHz maximum SM clock'")
     data_seed: int = _hw(0x1A5, "pattern seed of the payload data (9 bits; a "
                                      "model setting, not in the seed)")
@@ -162,6 +167,10 @@ class DsmConfig(ConfigBase):
         object.__setattr__(self, "gx_planes",
                            next(k for k, v in _GX_PLANES.items() if v == planes))
         object.__setattr__(self, "payload_kib", tuple(self.payload_kib))
+        if len(self.payload_kib) > MAX_PAYLOAD_SIZES:
+            # each size is a run of every series: named by count, not listed
+            raise ValueError(f"payload_kib must be at most {MAX_PAYLOAD_SIZES} sizes, "
+                             f"not {len(self.payload_kib)}")
         need("payload_kib", len(self.payload_kib) >= 2
              and len(set(self.payload_kib)) == len(self.payload_kib),
              "at least two sizes, each given once")
