@@ -2,8 +2,9 @@
 
 For every run of the plan: write the SM registers, fill the shared memories,
 start, wait for the cluster barrier's ``done`` (or the watchdog's ``stuck``),
-read every counter, then check the received data.  The elapsed cycles come
-from the RTL's own cycle counter.  The runs stop after one that ends stuck
+read every counter, then check the received data and read the SMs'
+request, acknowledgement and arrival counters again.  The elapsed cycles
+come from the RTL's own cycle counter.  The runs stop after one that ends stuck
 or with the sticky ``overflow`` flag set.
 """
 
@@ -14,6 +15,11 @@ from testbenches.common import (RegisterTB, counter_deltas, load_plan, spoils_la
 
 #: Counters that only grow; a run reports their increase over the run.
 _CUMULATIVE = (".flits", ".stalls", "inj_flits", "inj_stalls")
+
+#: Counters read again after the data check: each SM's open reads, stores
+#: not yet acknowledged and ACKs owed must be 0, and its received granules
+#: must not have grown since ``done``.
+_SETTLED = (".outstanding_reads", ".unacked_flits", ".owed_acks", ".rx_granules")
 
 
 @cocotb.test()
@@ -42,6 +48,9 @@ async def run_plan(dut):
             checked = await tb.read_counters()
             entry["errors"] = {k: v for k, v in checked.items()
                                if k.endswith((".errors", ".first_bad"))}
+            # after the check pass, thousands of cycles on: every ACK and
+            # read answer has landed, and nothing more has arrived
+            entry["settled"] = {k: v for k, v in checked.items() if k.endswith(_SETTLED)}
             entry["checks"] = run.get("checks", {})
         results.append(entry)
         dut._log.info("run %d/%d %s: %s after %d cycles", index + 1, len(plan["runs"]),

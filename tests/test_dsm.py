@@ -182,6 +182,25 @@ def test_checks_catch_every_fault(verilog, tmp_path, fault, message):
         dsm.check_run(cfg, result)
 
 
+def test_counters_read_after_the_data_check_must_have_settled(verilog, tmp_path):
+    """A TMA put's run is done before its ACKs land, so a lost ACK shows only
+    in the counters read again after the data check, as does data that
+    arrived after done; the testbench gives them, and check_run reads them."""
+    cfg = DsmConfig()
+    run = dsm.build_run(cfg, [dsm.Stream("tma", 0, 1, 16384)], "settle")
+    result = simulate(verilog, cfg, [run], tmp_path)[0]
+    dsm.check_run(cfg, result)
+    assert set(result["settled"].values()) == {0, 16384 // dsm.GRANULE}, result["settled"]
+    lost_ack = dict(result, settled={**result["settled"], "sm0.unacked_flits": 33})
+    with pytest.raises(dsm.ExperimentError, match="SM slot 0: unacked_flits = 33 after the "
+                                                  "data check .store data never acknowledged"):
+        dsm.check_run(cfg, lost_ack)
+    late = dict(result, settled={**result["settled"], "sm1.rx_granules": 16384 // 16 + 2})
+    with pytest.raises(dsm.ExperimentError, match="SM slot 1 received 16416 B by the end of "
+                                                  "the data check, 16384 B at done"):
+        dsm.check_run(cfg, late)
+
+
 def test_one_shared_vc_deadlocks_and_the_watchdog_names_the_waits(verilog, tmp_path):
     """Requests and responses on one VC (``shared_vc``, an unsafe
     configuration): two SMs loading from each other with 255 reads

@@ -160,12 +160,23 @@ def build_run(cfg: DsmConfig, streams, label, plane_enable=None, fault=None,
             else plane_enable, "writes": writes, "checks": checks}
 
 
+#: SM counters that must be 0 once the data check has run, each with what a
+#: non-zero value means.
+_SETTLED = (("outstanding_reads", "reads never answered"),
+            ("unacked_flits", "store data never acknowledged: an ACK lost"),
+            ("owed_acks", "acknowledgements owed but never sent"))
+
+
 def check_run(cfg, run):
     """Raise :class:`ExperimentError` unless the run ended cleanly with every byte right.
 
     Lost, duplicated or misplaced data shows as received granules differing
     from those expected, or as words failing the pattern check; a stuck run
-    is described by the SMs and queues that still hold traffic.
+    is described by the SMs and queues that still hold traffic.  Read again
+    after the data check (``run["settled"]``), every SM must have no read
+    open, no store or TMA data unacknowledged and no ACK owed (a TMA put's
+    run is done before its ACKs land, so a lost one shows only here), and
+    no more data than at ``done``.
     """
     counters = run["counters"]
     label = run["label"]
@@ -190,6 +201,16 @@ def check_run(cfg, run):
         if errors:
             problems.append(f"SM slot {slot}: {errors} words corrupted or misplaced, first "
                             + first_bad(run, slot))
+    settled = run.get("settled", {})
+    for slot in range(cfg.n_slots):
+        for name, what in _SETTLED:
+            if value := settled.get(f"sm{slot}.{name}", 0):
+                problems.append(f"SM slot {slot}: {name} = {value} after the data check ({what})")
+        late = settled.get(f"sm{slot}.rx_granules", counters[f"sm{slot}.rx_granules"])
+        if late != counters[f"sm{slot}.rx_granules"]:
+            problems.append(f"SM slot {slot} received {late * GRANULE} B by the end of the data "
+                            f"check, {counters[f'sm{slot}.rx_granules'] * GRANULE} B at done "
+                            f"(data arrived after the run was done)")
     if "errors" not in run:
         problems.append("data check did not run")
     if problems:
@@ -715,8 +736,8 @@ def analyse(cfg: DsmConfig, experiment: Experiment, runs, results, simulator):
         If a series' sizes cannot be fitted (:func:`sim.fit.fit_affine`).
     """
     if len(results) != len(runs):
-        if results:
-            check_run(cfg, results[-1])
+        for result in results:      # the first run that went wrong, not only the last
+            check_run(cfg, result)
         raise ExperimentError(f"{experiment.name}: {len(results)} of {len(runs)} runs "
                               "came back")
     points = {}
