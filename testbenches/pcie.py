@@ -3,11 +3,14 @@
 One clock of 1 ns (the model's 1 GHz).  For every run of the plan: write the
 GPUs' and the machine's registers, start, wait for ``done`` (or the
 watchdog's ``stuck``) and read every counter; the link counters only grow, so
-a run reports their increase over the run.  The runs stop after one that
-ends stuck or with the sticky ``overflow`` flag set.
+a run reports their increase over the run.  From a run's ``done`` until the
+next run starts (or :data:`QUIET_CYCLES` after the last), the TLP, byte and
+error counters must not move: what did is the run's ``after_done``.  The
+runs stop after one that ends stuck or with the sticky ``overflow`` flag set.
 """
 
 import cocotb
+from cocotb.triggers import ClockCycles
 
 from testbenches.common import (RegisterTB, counter_deltas, load_plan, spoils_later_runs,
                                  write_result)
@@ -17,16 +20,28 @@ _CUMULATIVE = (".tlps", ".payload_bytes", ".lane_bytes", ".wire_bytes", ".dllp_b
                ".busy", ".host_busy", ".read_wait")
 
 
+#: Counters that hold still from a run's ``done`` until the next run
+#: starts: once every copy is done no TLP moves and no byte lands (flow
+#: control DLLPs may).  Watched through the next run's register writes, and
+#: for :data:`QUIET_CYCLES` cycles after the last run.
+_QUIET = (".tlps", ".payload_bytes", ".rx_bytes", ".tx_bytes", ".errors")
+
+#: Cycles (ns) the last run's quiet counters are watched after its ``done``.
+QUIET_CYCLES = 200
+
+
 @cocotb.test()
 async def run_plan(dut):
     """Drive every run of the plan and record its counters."""
     plan = load_plan()
     tb = RegisterTB(dut, plan["counter_names"], clocks=(("clk", 1000),))
     await tb.start()
-    results = []
+    results, after = [], None
     for index, run in enumerate(plan["runs"]):
         await tb.write(run["writes"])
         before = await tb.read_counters()
+        if after is not None:
+            results[-1]["after_done"] = moved(after, before)
         await tb.pulse("ctl_start")
         ended = await tb.wait_for("done", plan["run_cycles"], "stuck")
         after = await tb.read_counters()
@@ -35,5 +50,16 @@ async def run_plan(dut):
         dut._log.info("run %d/%d %s: %s after %d cycles", index + 1, len(plan["runs"]),
                       run["label"], results[-1]["ended"], after["cycles"])
         if spoils_later_runs(ended, after):
+            after = None
             break
+    if after is not None:
+        await ClockCycles(dut.clk, QUIET_CYCLES)
+        results[-1]["after_done"] = moved(after, await tb.read_counters())
     write_result({"runs": results})
+
+
+def moved(after, later):
+    """``{counter: change}`` of the :data:`_QUIET` counters that changed
+    between a run's ``done`` (``after``) and ``later``; empty when none did."""
+    return {k: v - after[k] for k, v in later.items()
+            if k.endswith(_QUIET) and v != after[k]}

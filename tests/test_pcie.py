@@ -589,7 +589,28 @@ def _checked_copies(cfg, runs, test_dir):
                      plan=pcie.plan(cfg, runs), test_dir=test_dir)
     for run, result in zip(runs, got["runs"], strict=True):
         pcie.check_run(cfg, run, result)
+        assert result["after_done"] == {}, result["after_done"]   # watched, and quiet
     return [result["counters"] for result in got["runs"]]
+
+
+def test_a_tlp_that_lands_after_a_run_is_done_fails_the_run(tmp_path):
+    """The testbench watches the TLP, byte and error counters from each
+    run's done until the next run starts (after the last, for QUIET_CYCLES):
+    a beat duplicated or delayed past the end of its copy lands after the
+    counters are read, and is reported rather than missed.  With runs
+    missing, the first run that went wrong is named, not the count."""
+    cfg = dataclasses.replace(CFG, sockets=1, switches_per_socket=1, gpus_per_switch=2)
+    runs = [pcie.copy_run(cfg, f"run {k}", [(0, 1)], 1 << 14, cfg.kernel_write_bytes)
+            for k in range(2)]
+    verilog = generate_verilog(PcieSystem, cfg.hardware(), "pcie_system", build_root=BUILD)
+    got = run_cocotb(verilog, "pcie_system", "testbenches.pcie", sim=SIM,
+                     plan=pcie.plan(cfg, runs), test_dir=tmp_path)["runs"]
+    assert [r["after_done"] for r in got] == [{}, {}]
+    got[0]["after_done"] = {"gpu1.rx_bytes": 32, "gpu0.up.tlps": 1}
+    with pytest.raises(pcie.ExperimentError,
+                       match=r"run 0: traffic moved after the run was done "
+                             r"\(gpu1.rx_bytes \+32, gpu0.up.tlps \+1\)"):
+        pcie.analyse(cfg, pcie.EXPERIMENTS["peer_copy"], runs, got[:1], SIM)
 
 
 def test_staged_copies_move_every_byte_through_host_memory(tmp_path):

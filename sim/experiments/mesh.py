@@ -1817,9 +1817,11 @@ EXPERIMENTS = {e.name: e for e in (
 
 def _check_all(cfg, exp, runs, results):
     if len(results) != len(runs):
-        last = results[-1] if results else None
-        if last is not None:
-            check_run(cfg, runs[len(results) - 1], last)
+        for run, got in zip(runs, results):     # the first run that went wrong
+            if not run["expect_stuck"]:
+                check_run(cfg, run, got)
+        if results and runs[len(results) - 1]["expect_stuck"]:
+            check_run(cfg, runs[len(results) - 1], results[-1])
         raise ExperimentError(f"{exp.name}: {len(results)} of {len(runs)} runs came back")
     for run, got in zip(runs, results):
         if not run["expect_stuck"]:

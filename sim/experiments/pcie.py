@@ -290,7 +290,8 @@ def _node(n):
 
 def check_run(cfg, run, got):
     """Raise :class:`ExperimentError` unless the run ended cleanly with every
-    byte where it belongs."""
+    byte where it belongs, and no TLP moved once it was done (``got``'s
+    ``after_done``: a late duplicate lands after the counters are read)."""
     label = run["label"]
     c = got["counters"]
     if got["ended"] != "done":
@@ -328,6 +329,10 @@ def check_run(cfg, run, got):
             if c[f"host{k}.{what}"] != want:
                 raise ExperimentError(f"{label}: host{k}.{what} = {c[f'host{k}.{what}']} B, "
                                       f"expected {want}: staged data lost or duplicated")
+    if moved := got.get("after_done"):
+        raise ExperimentError(f"{label}: traffic moved after the run was done ("
+                              + ", ".join(f"{k} {v:+d}" for k, v in moved.items())
+                              + "): a TLP duplicated or delayed past the end of its copy")
 
 
 def topology(cfg, got):
@@ -377,8 +382,8 @@ def analyse(cfg, exp, runs, results, simulator):
         If a fit cannot be made from the runs (:func:`sim.fit.fit_affine`).
     """
     if len(results) != len(runs):
-        if results:
-            check_run(cfg, runs[len(results) - 1], results[-1])
+        for run, got in zip(runs, results):     # the first run that went wrong
+            check_run(cfg, run, got)
         raise ExperimentError(f"{exp.name}: {len(results)} of {len(runs)} runs came back")
     for run, got in zip(runs, results):
         check_run(cfg, run, got)
