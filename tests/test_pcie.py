@@ -598,7 +598,8 @@ def test_a_tlp_that_lands_after_a_run_is_done_fails_the_run(tmp_path):
     run's done until the next run starts (after the last, for QUIET_CYCLES):
     a beat duplicated or delayed past the end of its copy lands after the
     counters are read, and is reported rather than missed.  With runs
-    missing, the first run that went wrong is named, not the count."""
+    missing, the first run that went wrong is named, not the count.  A GPU
+    link's payload count must agree with the GPU's own."""
     cfg = dataclasses.replace(CFG, sockets=1, switches_per_socket=1, gpus_per_switch=2)
     runs = [pcie.copy_run(cfg, f"run {k}", [(0, 1)], 1 << 14, cfg.kernel_write_bytes)
             for k in range(2)]
@@ -606,6 +607,10 @@ def test_a_tlp_that_lands_after_a_run_is_done_fails_the_run(tmp_path):
     got = run_cocotb(verilog, "pcie_system", "testbenches.pcie", sim=SIM,
                      plan=pcie.plan(cfg, runs), test_dir=tmp_path)["runs"]
     assert [r["after_done"] for r in got] == [{}, {}]
+    miscounted = dict(got[1], counters={**got[1]["counters"], "gpu0.up.payload_bytes": 16386})
+    with pytest.raises(pcie.ExperimentError, match=r"run 1: gpu0.up.payload_bytes = 16386 but "
+                                                   r"gpu0.tx_bytes = 16384"):
+        pcie.check_run(cfg, runs[1], miscounted)
     got[0]["after_done"] = {"gpu1.rx_bytes": 32, "gpu0.up.tlps": 1}
     with pytest.raises(pcie.ExperimentError,
                        match=r"run 0: traffic moved after the run was done "

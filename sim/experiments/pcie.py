@@ -290,8 +290,10 @@ def _node(n):
 
 def check_run(cfg, run, got):
     """Raise :class:`ExperimentError` unless the run ended cleanly with every
-    byte where it belongs, and no TLP moved once it was done (``got``'s
-    ``after_done``: a late duplicate lands after the counters are read)."""
+    byte where it belongs, each GPU link's payload count agrees with its
+    GPU's bytes sent (up) and taken in (down), and no TLP moved once it was
+    done (``got``'s ``after_done``: a late duplicate lands after the counters
+    are read)."""
     label = run["label"]
     c = got["counters"]
     if got["ended"] != "done":
@@ -316,6 +318,14 @@ def check_run(cfg, run, got):
         if c[f"gpu{g}.tx_bytes"] != sent.get(g, 0):
             raise ExperimentError(f"{label}: gpu{g} sent {c[f'gpu{g}.tx_bytes']} B, expected "
                                   f"{sent.get(g, 0)}")
+    for g in range(cfg.gpus):
+        # the GPU's own link counts every payload byte it sends and takes in
+        for direction, what in (("up", "tx_bytes"), ("down", "rx_bytes")):
+            link = f"gpu{g}.{direction}.payload_bytes"
+            if c[link] != c[f"gpu{g}.{what}"]:
+                raise ExperimentError(f"{label}: {link} = {c[link]} but gpu{g}.{what} = "
+                                      f"{c[f'gpu{g}.{what}']}: the link and the GPU count "
+                                      "different payloads")
     staged = {k: 0 for k in range(cfg.sockets)}
     if run["mode"] == GpuMode.STAGED:
         for s, _ in run["pairs"]:
