@@ -20,7 +20,6 @@ from __future__ import annotations
 import io
 import json
 import math
-import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -36,7 +35,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from sim.build import write_atomically
-from sim.fit import AffineFit, reference_is_bound, row_error_pct
+from sim.fit import AffineFit, row_error_pct
 from sim.sweep import TAG_PATTERN
 
 __all__ = [
