@@ -307,6 +307,11 @@ def parse_overrides(config_cls, items):
             raise UsageError(f"--set gives {name} more than once; give it once")
         default = getattr(defaults, name)
         try:
+            if (isinstance(default, (int, float, tuple)) and not isinstance(default, bool)
+                    and not text.isascii()):
+                # Python reads other scripts' digits ('١٦') as numbers; a
+                # number here is written in ASCII, as in TOML
+                raise ValueError(text)
             if isinstance(default, tuple):
                 # [16,32] and (16,32), as fabricsim list and TOML write them, too
                 inner = re.sub(r"^\s*([\[(])(.*)([\])])\s*$",
