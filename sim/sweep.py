@@ -243,17 +243,18 @@ def map_tasks(fn, tasks, engine="local", jobs=1, scheduler=None, progress=None,
     if engine not in ENGINES:
         raise UsageError(f"--engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     out = [None] * len(tasks)
-    unchecked = [check is not None]
+    unchecked = check is not None
 
     def finished(done, i, future):
+        nonlocal unchecked
         try:
             out[i] = outcome(future.result())
         except Exception as error:   # noqa: BLE001 - listed with the task
             out[i] = (None, f"{type(error).__name__}: {error}")
         if progress:
             progress(done, len(tasks), i, out[i][1])
-        if unchecked[0] and out[i][1] is None:
-            unchecked[0] = False
+        if unchecked and out[i][1] is None:
+            unchecked = False
             check(out[i][0])
 
     if engine == "local":

@@ -187,6 +187,7 @@ def check_run(cfg, run):
     if counters["overflow"]:
         raise ExperimentError(f"run {label}: a buffer overflowed (credit protocol broken)")
     problems = []
+    settled = run.get("settled", {})
     for slot in range(cfg.n_slots):
         got = counters[f"sm{slot}.rx_granules"]
         want = counters[f"sm{slot}.expected_granules"]
@@ -201,16 +202,14 @@ def check_run(cfg, run):
         if errors:
             problems.append(f"SM slot {slot}: {errors} words corrupted or misplaced, first "
                             + first_bad(run, slot))
-    settled = run.get("settled", {})
-    for slot in range(cfg.n_slots):
         for name, what in _SETTLED:
             if value := settled.get(f"sm{slot}.{name}", 0):
                 problems.append(f"SM slot {slot}: {name} = {value} after the data check ({what})")
-        late = settled.get(f"sm{slot}.rx_granules", counters[f"sm{slot}.rx_granules"])
-        if late != counters[f"sm{slot}.rx_granules"]:
+        late = settled.get(f"sm{slot}.rx_granules", got)
+        if late != got:
             problems.append(f"SM slot {slot} received {late * GRANULE} B by the end of the data "
-                            f"check, {counters[f'sm{slot}.rx_granules'] * GRANULE} B at done "
-                            f"(data arrived after the run was done)")
+                            f"check, {got * GRANULE} B at done (data arrived after the run was "
+                            f"done)")
     if "errors" not in run:
         problems.append("data check did not run")
     if problems:
@@ -735,15 +734,14 @@ def analyse(cfg: DsmConfig, experiment: Experiment, runs, results, simulator):
     ValueError
         If a series' sizes cannot be fitted (:func:`sim.fit.fit_affine`).
     """
+    for result in results:      # in order, so a failure names the first run that went wrong
+        check_run(cfg, result)
     if len(results) != len(runs):
-        for result in results:      # the first run that went wrong, not only the last
-            check_run(cfg, result)
         raise ExperimentError(f"{experiment.name}: {len(results)} of {len(runs)} runs "
                               "came back")
     points = {}
     lane_flits = {}
     for run, result in zip(runs, results):
-        check_run(cfg, result)
         cycles = result["counters"]["cycles"]
         points.setdefault(run["series"], []).append((run["payload_bytes"], cycles))
         lane_flits[run["label"]] = {k: v for k, v in result["counters"].items()

@@ -1816,16 +1816,13 @@ EXPERIMENTS = {e.name: e for e in (
 
 
 def _check_all(cfg, exp, runs, results):
+    for run, got in zip(runs, results):     # in order: the first run that went wrong
+        if not run["expect_stuck"]:
+            check_run(cfg, run, got)
     if len(results) != len(runs):
-        for run, got in zip(runs, results):     # the first run that went wrong
-            if not run["expect_stuck"]:
-                check_run(cfg, run, got)
         if results and runs[len(results) - 1]["expect_stuck"]:
             check_run(cfg, runs[len(results) - 1], results[-1])
         raise ExperimentError(f"{exp.name}: {len(results)} of {len(runs)} runs came back")
-    for run, got in zip(runs, results):
-        if not run["expect_stuck"]:
-            check_run(cfg, run, got)
 
 
 def _config_json(cfg):

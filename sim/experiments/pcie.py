@@ -318,7 +318,6 @@ def check_run(cfg, run, got):
         if c[f"gpu{g}.tx_bytes"] != sent.get(g, 0):
             raise ExperimentError(f"{label}: gpu{g} sent {c[f'gpu{g}.tx_bytes']} B, expected "
                                   f"{sent.get(g, 0)}")
-    for g in range(cfg.gpus):
         # the GPU's own link counts every payload byte it sends and takes in
         for direction, what in (("up", "tx_bytes"), ("down", "rx_bytes")):
             link = f"gpu{g}.{direction}.payload_bytes"
@@ -391,12 +390,10 @@ def analyse(cfg, exp, runs, results, simulator):
     ValueError
         If a fit cannot be made from the runs (:func:`sim.fit.fit_affine`).
     """
-    if len(results) != len(runs):
-        for run, got in zip(runs, results):     # the first run that went wrong
-            check_run(cfg, run, got)
-        raise ExperimentError(f"{exp.name}: {len(results)} of {len(runs)} runs came back")
-    for run, got in zip(runs, results):
+    for run, got in zip(runs, results):     # in order: the first run that went wrong
         check_run(cfg, run, got)
+    if len(results) != len(runs):
+        raise ExperimentError(f"{exp.name}: {len(results)} of {len(runs)} runs came back")
     ref = scenarios(exp, cfg)
     series, rows, by_scenario = [], [], {}
     for name, entry in ref.items():
