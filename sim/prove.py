@@ -187,8 +187,8 @@ class CreditCounterHarness(Harness):
     the receiver returns a credit only for a flit taken in an earlier cycle
     and not yet returned (``outstanding``), at any time it likes.  Property:
     the counter holds exactly ``depth - outstanding`` credits, which its
-    ports show as ``o_avail[v] == (outstanding[v] < depth)`` and
-    ``outstanding[v] <= depth``.  A count off by any amount, below zero
+    ports show as ``o_avail[v] == (outstanding[v] < depth)``,
+    ``o_away[v] == (outstanding[v] != 0)`` and ``outstanding[v] <= depth``.  A count off by any amount, below zero
     (wrapped) or above ``depth``, shows at ``o_avail`` within ``depth``
     further cycles, so the bounded check covers the count's range.
 
@@ -215,6 +215,8 @@ class CreditCounterHarness(Harness):
             self.require(m, outstanding <= self.depth, f"VC {v}: more flits out than credits")
             self.require(m, dut.o_avail[v] == (outstanding < self.depth),
                          f"VC {v}: o_avail disagrees with depth - outstanding")
+            self.require(m, dut.o_away[v] == (outstanding != 0),
+                         f"VC {v}: o_away disagrees with outstanding")
 
 
 # --------------------------------------------------------------------------

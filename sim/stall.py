@@ -9,6 +9,11 @@ watchdog (:class:`~hdl.common.watchdog.Watchdog`) ends a run as stuck:
 * ``<block>.in<i>.wants``: bit ``vc * n_out + output``, a flit of that VC at
   input ``i`` waits for that output.
 
+A fourth, ``<block>.credits_away`` (bit ``output * n_vc + vc``, that output
+does not hold all its credits), is read once a run has finished and the
+fabric is at rest: :func:`credits_away` names every bit left set, a credit
+lost or returned twice on that link.
+
 :func:`describe` turns them into one line per block that holds anything:
 its non-empty buffers, its outputs without credit and its waiting
 requesters, each wait marked with whether the output it waits for has a
@@ -21,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Block", "describe"]
+__all__ = ["Block", "describe", "credits_away"]
 
 
 @dataclass(frozen=True)
@@ -83,3 +88,28 @@ def describe(counters, blocks):
                      f"outputs without credit {', '.join(dry) or 'none'}; "
                      f"waiting {', '.join(waits) or 'none'}")
     return lines
+
+
+def credits_away(counters, blocks):
+    """``block.output.vc`` of every switch output whose ``credits_away`` bit
+    is set in ``counters`` (read with the fabric at rest, so every credit
+    should be home); blocks whose counter was not read are skipped.
+
+    Parameters
+    ----------
+    counters : dict of str to int
+        Counter values read after the run, once nothing moves.
+    blocks : iterable of Block
+
+    Returns
+    -------
+    list of str
+        Empty when every output holds all its credits.
+    """
+    away = []
+    for b in blocks:
+        bits = counters.get(f"{b.name}.credits_away", 0)
+        n_vc = len(b.vcs)
+        away += [f"{b.name}.{b.outputs[o]}.{b.vcs[v]}" for o in range(len(b.outputs))
+                 for v in range(n_vc) if bits >> (o * n_vc + v) & 1]
+    return away

@@ -17,9 +17,10 @@ from testbenches.common import (RegisterTB, counter_deltas, load_plan, spoils_la
 _CUMULATIVE = (".flits", ".stalls", "inj_flits", "inj_stalls")
 
 #: Counters read again after the data check: each SM's open reads, stores
-#: not yet acknowledged and ACKs owed must be 0, and its received granules
-#: must not have grown since ``done``.
-_SETTLED = (".outstanding_reads", ".unacked_flits", ".owed_acks", ".rx_granules")
+#: not yet acknowledged and ACKs owed must be 0, its received granules must
+#: not have grown since ``done``, and every credit must be home.
+_SETTLED = (".outstanding_reads", ".unacked_flits", ".owed_acks", ".rx_granules",
+            "credits_away")
 
 
 @cocotb.test()

@@ -173,6 +173,8 @@ def test_either_plane_off_delivers_every_byte(verilog, tmp_path):
                     r"word \1 of SM slot 1, written from word \1 of SM slot 0"),
     (Fault.DUPLICATE, "received 16416 B, expected 16384 B"),
     (Fault.DROP, "stuck after"),
+    (Fault.LOSE_CREDIT, r"credits not home after the data check at eg\d\.out\d\.req \(a credit "
+                        r"lost or returned twice on that link\)$"),
 ])
 def test_checks_catch_every_fault(verilog, tmp_path, fault, message):
     cfg = DsmConfig()
@@ -191,6 +193,8 @@ def test_counters_read_after_the_data_check_must_have_settled(verilog, tmp_path)
     result = simulate(verilog, cfg, [run], tmp_path)[0]
     dsm.check_run(cfg, result)
     assert set(result["settled"].values()) == {0, 16384 // dsm.GRANULE}, result["settled"]
+    assert sum(k.endswith("credits_away") for k in result["settled"]) == (
+        cfg.n_slots + len(dsm.stall_blocks(cfg))), result["settled"]
     lost_ack = dict(result, settled={**result["settled"], "sm0.unacked_flits": 33})
     with pytest.raises(dsm.ExperimentError, match="SM slot 0: unacked_flits = 33 after the "
                                                   "data check .store data never acknowledged"):

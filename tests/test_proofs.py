@@ -47,7 +47,8 @@ class CreditReturnedTwice(CreditCounter):
         again = Signal(self.n_vc)
         m.d.sync += again.eq(self.i_return)
         m.d.comb += [counter.i_return.eq(self.i_return | again),
-                     counter.i_take.eq(self.i_take), self.o_avail.eq(counter.o_avail)]
+                     counter.i_take.eq(self.i_take), self.o_avail.eq(counter.o_avail),
+                     self.o_away.eq(counter.o_away)]
         return m
 
 
@@ -105,7 +106,7 @@ def test_proof_passes(name):
 @pytest.mark.parametrize("fault, harness, depth, violated", [
     ("starving arbiter", lambda: RoundRobinHarness(3, arbiter=FixedPriority), 12, "passed over"),
     ("credit returned twice", lambda: CreditCounterHarness(counter=CreditReturnedTwice), 14,
-     "o_avail disagrees|more flits out than credits"),
+     "o_avail disagrees|o_away disagrees|more flits out than credits"),
     ("queue read port not transparent", lambda: FifoEquivalenceHarness(fifo=OpaqueReadFIFO), 12,
      "r_data differs"),
     ("queue read one cycle late (SyncFIFOBuffered)",

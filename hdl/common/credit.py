@@ -88,6 +88,10 @@ class CreditCounter(wiring.Component):
         only be asserted while ``o_avail`` is set for the channel.
     o_avail : Out(n_vc)
         At least one credit is held for the channel.
+    o_away : Out(n_vc)
+        The channel's count is not ``depth``: flits of it are on the link or
+        in the receiver's buffer.  Once the fabric is at rest every bit must
+        be 0; one left set means a credit was lost or returned twice.
 
     Raises
     ------
@@ -100,13 +104,14 @@ class CreditCounter(wiring.Component):
             raise ValueError(f"depth must be a positive integer, not {depth!r}")
         self.n_vc = n_vc
         self.depth = depth
-        super().__init__({"i_return": In(n_vc), "i_take": In(n_vc), "o_avail": Out(n_vc)})
+        super().__init__({"i_return": In(n_vc), "i_take": In(n_vc), "o_avail": Out(n_vc),
+                          "o_away": Out(n_vc)})
 
     def elaborate(self, platform):
         m = Module()
         for v in range(self.n_vc):
             count = Signal(range(self.depth + 1), init=self.depth, name=f"credits_vc{v}")
-            m.d.comb += self.o_avail[v].eq(count != 0)
+            m.d.comb += [self.o_avail[v].eq(count != 0), self.o_away[v].eq(count != self.depth)]
             with m.If(self.i_return[v] & ~self.i_take[v]):
                 m.d.sync += count.eq(count + 1)
             with m.Elif(~self.i_return[v] & self.i_take[v]):
@@ -331,6 +336,9 @@ class StreamToLink(wiring.Component):
         One stream per VC.
     o : Out(CreditLink(flit_layout, n_vc))
         The link.
+    o_credits_away : Out(n_vc)
+        The VC's sender does not hold all ``credits`` (see
+        :attr:`CreditCounter.o_away`): 0 for every VC once the fabric is at rest.
 
     Raises
     ------
@@ -348,13 +356,14 @@ class StreamToLink(wiring.Component):
         super().__init__({
             "i": In(stream.Signature(flit_layout)).array(n_vc),
             "o": Out(CreditLink(flit_layout, n_vc)),
+            "o_credits_away": Out(n_vc),
         })
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.credits = credits = CreditCounter(n_vc=self.n_vc, depth=self.credits)
         m.submodules.arb = arb = RoundRobin(self.n_vc)
-        m.d.comb += credits.i_return.eq(self.o.credit)
+        m.d.comb += [credits.i_return.eq(self.o.credit), self.o_credits_away.eq(credits.o_away)]
         for v in range(self.n_vc):
             m.d.comb += [
                 arb.requests[v].eq(self.i[v].valid & credits.o_avail[v]),

@@ -74,6 +74,11 @@ class CreditSwitch(wiring.Component):
         Bit ``i * n_vc + v``: input ``i``'s VC ``v`` queue is not empty.
     o_no_credit : Out(n_out * n_vc)
         Bit ``o * n_vc + v``: output ``o`` holds no credit for VC ``v``.
+    o_credits_away : Out(n_out * n_vc)
+        Bit ``o * n_vc + v``: output ``o`` does not hold all its credits for
+        VC ``v`` (:attr:`~hdl.common.credit.CreditCounter.o_away`).  All 0
+        once the fabric is at rest; a bit left set is a credit lost or
+        returned twice on that link.
     o_wants : Out(n_out * n_vc).array(n_in)
         Bit ``v * n_out + o`` of element ``i``: a flit of VC ``v`` at input
         ``i`` waits for output ``o`` this cycle.  With ``o_occupied`` and
@@ -118,6 +123,7 @@ class CreditSwitch(wiring.Component):
             "o_stalls": Out(32).array(n_out),
             "o_occupied": Out(n_in * n_vc),
             "o_no_credit": Out(n_out * n_vc),
+            "o_credits_away": Out(n_out * n_vc),
             "o_wants": Out(n_out * n_vc).array(n_in),
             "o_overflow": Out(1),
         })
@@ -193,7 +199,8 @@ class CreditSwitch(wiring.Component):
             m.submodules[f"credits{o}"] = credits
             m.d.comb += credits.i_return.eq(self.o[o].credit)
             for v in range(self.n_vc):
-                m.d.comb += self.o_no_credit[o * self.n_vc + v].eq(~credits.o_avail[v])
+                m.d.comb += [self.o_no_credit[o * self.n_vc + v].eq(~credits.o_avail[v]),
+                             self.o_credits_away[o * self.n_vc + v].eq(credits.o_away[v])]
             waiting = Signal(n, name=f"waiting{o}")
             grant = Signal(n, name=f"grant{o}")
             allowed = Const((1 << n) - 1, n)

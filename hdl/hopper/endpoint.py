@@ -43,16 +43,18 @@ class TrafficKind(enum.IntEnum):
 
 
 class Fault(enum.IntEnum):
-    """Fault injected into the first data flit an SM receives in a run.
+    """Fault injected into the first data flit an SM receives in a run, or
+    into the first credit its arrival buffer returns.
 
     For testing that the checks catch every kind of loss; never set in
     experiments.
     """
 
     NONE = 0
-    CORRUPT = 1    #: flip one data bit before writing it
-    DROP = 2       #: discard the flit (not written, not counted, not acknowledged)
-    DUPLICATE = 3  #: count the flit twice
+    CORRUPT = 1      #: flip one data bit before writing it
+    DROP = 2         #: discard the flit (not written, not counted, not acknowledged)
+    DUPLICATE = 3    #: count the flit twice
+    LOSE_CREDIT = 4  #: withhold the first credit pulse (both VCs' if they coincide)
 
 
 class StreamReg(enum.IntEnum):
@@ -285,8 +287,9 @@ class SmEndpoint(wiring.Component):
     i_run_cycle : In(32)
         The run's cycle count (the top's watchdog), stamped on the first
         wrong arrival.
-    i_fault : In(2)
-        :class:`Fault` to inject into this run's first arriving data flit.
+    i_fault : In(3)
+        :class:`Fault` to inject into this run's first arriving data flit or
+        first returned credit.
     """
 
     def __init__(self, *, cfg, flit_layout, checks=True):
@@ -310,7 +313,7 @@ class SmEndpoint(wiring.Component):
             "i_max_reads": In(8), "i_max_unacked": In(16), "i_ack_threshold": In(16),
             "i_read_turnaround": In(8), "i_read_words": In(4),
             "i_store_words": In(12), "i_tma_words": In(12),
-            "i_fault": In(2), "i_run_cycle": In(32),
+            "i_fault": In(3), "i_run_cycle": In(32),
             "o_first_wrong": Out(32), "o_first_wrong_cycle": Out(32),
         })
 
@@ -482,7 +485,18 @@ class SmEndpoint(wiring.Component):
         # --- arrivals -----------------------------------------------------
         m.submodules.arrivals = arrivals = VcInputBuffer(
             flit_layout=layout, depth=cfg.link_buffer_flits)
-        wiring.connect(m, wiring.flipped(self.i), arrivals.i)
+        if self.checks:
+            # Fault.LOSE_CREDIT: the first credit pulse of the run never
+            # reaches the egress port that sent the flit.
+            credit_armed = Signal()
+            m.d.comb += [arrivals.i.valid.eq(self.i.valid), arrivals.i.flit.eq(self.i.flit),
+                         self.i.credit.eq(Mux(credit_armed, 0, arrivals.i.credit))]
+            with m.If(self.ctl_start):
+                m.d.sync += credit_armed.eq(self.i_fault == Fault.LOSE_CREDIT)
+            with m.Elif(arrivals.i.credit.any()):
+                m.d.sync += credit_armed.eq(0)
+        else:
+            wiring.connect(m, wiring.flipped(self.i), arrivals.i)
         m.d.comb += [self.o_overflow.eq(arrivals.o_overflow),
                      self.o_occupied.eq(arrivals.o_occupied)]
         # Each queued read command carries its arrival time (SM cycles, 16 bits).
@@ -505,7 +519,7 @@ class SmEndpoint(wiring.Component):
         m.d.comb += [got.eq(Mux(take_rsp, rsp_in.payload.as_value(), req_in.payload.as_value())),
                      got_valid.eq(take_rsp | take_req)]
         arrived_data = got_valid & ((got.kind == Kind.WR_DATA) | (got.kind == Kind.RD_DATA))
-        hit = Signal(2)
+        hit = Signal(3)
         if self.checks:
             # A fault, when armed, hits the first data flit of the run.
             fault_armed = Signal()

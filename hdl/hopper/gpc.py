@@ -43,7 +43,7 @@ class GpcReg(enum.IntEnum):
     MAX_UNACKED = 6      #: max_unacked_store_flits (16 bits)
     ACK_THRESHOLD = 7    #: ack_threshold_flits (16 bits)
     READ_TURNAROUND = 8  #: read_turnaround_cycles (8 bits)
-    FAULT = 9            #: fault injected for testing the checks: ``{slot[4:0], kind[1:0]}``
+    FAULT = 9            #: fault injected for testing the checks: ``{slot[4:0], kind[2:0]}``
     RESPONSE_BURST = 10  #: vc_response_burst (4 bits)
     SHARED_VC = 11       #: shared_vc (1 bit; unsafe, for deadlock tests)
 
@@ -51,7 +51,7 @@ class GpcReg(enum.IntEnum):
 _GPC_REG_WIDTH = {GpcReg.SHAPER_FLITS: 4, GpcReg.SHAPER_CYCLES: 4, GpcReg.READ_WORDS: 4,
                   GpcReg.STORE_WORDS: 12, GpcReg.TMA_WORDS: 12, GpcReg.MAX_READS: 8,
                   GpcReg.MAX_UNACKED: 16, GpcReg.ACK_THRESHOLD: 16, GpcReg.READ_TURNAROUND: 8,
-                  GpcReg.FAULT: 7, GpcReg.RESPONSE_BURST: 4, GpcReg.SHARED_VC: 1}
+                  GpcReg.FAULT: 8, GpcReg.RESPONSE_BURST: 4, GpcReg.SHARED_VC: 1}
 
 
 def gpc_registers(cfg):
@@ -80,7 +80,7 @@ def make_flit_layout(cfg):
 
 SM_COUNTERS = ("rx_granules", "expected_granules", "errors", "outstanding_reads",
                "unacked_flits", "owed_acks", "tx_flits", "state", "inj_flits", "inj_stalls",
-               "first_bad", "first_wrong", "first_wrong_cycle")
+               "inj_credits_away", "first_bad", "first_wrong", "first_wrong_cycle")
 
 
 def counter_names(cfg):
@@ -92,8 +92,12 @@ def counter_names(cfg):
 
     ``sm<s>.state`` packs, low bit first: local_done, released, busy,
     arrival queue occupied (request VC, response VC), overflow.
+    ``sm<s>.inj_credits_away`` has one bit per VC whose shaper does not
+    hold all its credits.
     ``<block>.occupied`` has one bit per (input, VC) queue not empty,
-    ``<block>.no_credit`` one per (output, VC) without a credit, and
+    ``<block>.no_credit`` one per (output, VC) without a credit,
+    ``<block>.credits_away`` one per (output, VC) not holding all its
+    credits (all 0 once the fabric is at rest), and
     ``<block>.in<i>.wants`` one per (VC, output) its input ``i`` waits for
     (see :class:`~hdl.common.switch.CreditSwitch`).
     """
@@ -103,7 +107,7 @@ def counter_names(cfg):
     for block, n_in, n_out in switch_blocks(cfg):
         for o in range(n_out):
             names += [f"{block}.o{o}.flits", f"{block}.o{o}.stalls"]
-        names += [f"{block}.occupied", f"{block}.no_credit"]
+        names += [f"{block}.occupied", f"{block}.no_credit", f"{block}.credits_away"]
         names += [f"{block}.in{i}.wants" for i in range(n_in)]
     return names
 
@@ -216,7 +220,7 @@ class Gpc(wiring.Component):
                 sm.i_read_words.eq(knobs[GpcReg.READ_WORDS]),
                 sm.i_store_words.eq(knobs[GpcReg.STORE_WORDS]),
                 sm.i_tma_words.eq(knobs[GpcReg.TMA_WORDS]),
-                sm.i_fault.eq(Mux(knobs[GpcReg.FAULT][2:] == s, knobs[GpcReg.FAULT][:2], 0)),
+                sm.i_fault.eq(Mux(knobs[GpcReg.FAULT][3:] == s, knobs[GpcReg.FAULT][:3], 0)),
             ]
             sms.append(sm)
             shapers.append(shaper)
@@ -230,7 +234,8 @@ class Gpc(wiring.Component):
                                 ("unacked_flits", sm.o_unacked_flits),
                                 ("owed_acks", sm.o_owed_acks), ("tx_flits", sm.o_tx_flits),
                                 ("state", state), ("inj_flits", shaper.o_flits),
-                                ("inj_stalls", shaper.o_stalls)):
+                                ("inj_stalls", shaper.o_stalls),
+                                ("inj_credits_away", shaper.o_credits_away)):
                 counters[f"sm{s}.{name}"] = value
 
         def record(name, block):
@@ -239,6 +244,7 @@ class Gpc(wiring.Component):
                 counters[f"{name}.o{o}.stalls"] = block.o_stalls[o]
             counters[f"{name}.occupied"] = block.o_occupied
             counters[f"{name}.no_credit"] = block.o_no_credit
+            counters[f"{name}.credits_away"] = block.o_credits_away
             for i in range(len(block.o_wants)):
                 counters[f"{name}.in{i}.wants"] = block.o_wants[i]
 

@@ -60,6 +60,10 @@ class InjectionShaper(wiring.Component):
         Flits injected since reset.
     o_stalls : Out(32)
         Cycles with a flit waiting but none sent (shaper or credit), since reset.
+    o_credits_away : Out(2)
+        Per VC, the shaper does not hold all ``credits`` for the TPC
+        arbiter's buffer (:attr:`~hdl.common.credit.CreditCounter.o_away`):
+        0 once the fabric is at rest.
 
     Raises
     ------
@@ -79,6 +83,7 @@ class InjectionShaper(wiring.Component):
             "o": Out(CreditLink(flit_layout)),
             "o_flits": Out(32),
             "o_stalls": Out(32),
+            "o_credits_away": Out(2),
         })
 
     def elaborate(self, platform):
@@ -91,7 +96,7 @@ class InjectionShaper(wiring.Component):
 
         m.submodules.credits = credits = CreditCounter(depth=self.credits)
         m.submodules.arb = arb = RoundRobin(2)
-        m.d.comb += credits.i_return.eq(self.o.credit)
+        m.d.comb += [credits.i_return.eq(self.o.credit), self.o_credits_away.eq(credits.o_away)]
         inputs = {VC.REQ: self.i_req, VC.RSP: self.i_rsp}
         allowed = Signal()
         m.d.comb += allowed.eq(tokens >= self.i_cycles)

@@ -154,7 +154,7 @@ def build_run(cfg: DsmConfig, streams, label, plane_enable=None, fault=None,
     globals_ = gpc_registers(cfg)
     if fault is not None:
         slot, kind = fault
-        globals_[GpcReg.FAULT] = (slot << 2) | int(kind)
+        globals_[GpcReg.FAULT] = (slot << 3) | int(kind)
     writes += [((GLOBAL_SLOT << 6) | reg, value) for reg, value in globals_.items()]
     return {"label": label, "plane_enable": cfg.plane_enable if plane_enable is None
             else plane_enable, "writes": writes, "checks": checks}
@@ -175,8 +175,10 @@ def check_run(cfg, run):
     is described by the SMs and queues that still hold traffic.  Read again
     after the data check (``run["settled"]``), every SM must have no read
     open, no store or TMA data unacknowledged and no ACK owed (a TMA put's
-    run is done before its ACKs land, so a lost one shows only here), and
-    no more data than at ``done``.
+    run is done before its ACKs land, so a lost one shows only here), no
+    more data than at ``done``, and every shaper and switch output must hold
+    all its credits (a lost or doubled credit changes no bandwidth while
+    others remain, so it shows only here).
     """
     counters = run["counters"]
     label = run["label"]
@@ -210,6 +212,13 @@ def check_run(cfg, run):
             problems.append(f"SM slot {slot} received {late * GRANULE} B by the end of the data "
                             f"check, {got * GRANULE} B at done (data arrived after the run was "
                             f"done)")
+        if away := settled.get(f"sm{slot}.inj_credits_away", 0):
+            vcs = ", ".join(vc for v, vc in enumerate(("req", "rsp")) if away >> v & 1)
+            problems.append(f"SM slot {slot}: its shaper does not hold all its {vcs} credits "
+                            f"after the data check (a credit lost or returned twice)")
+    if away := stall.credits_away(settled, stall_blocks(cfg)):
+        problems.append(f"credits not home after the data check at {', '.join(away)} "
+                        f"(a credit lost or returned twice on that link)")
     if "errors" not in run:
         problems.append("data check did not run")
     if problems:
