@@ -5,7 +5,9 @@ GPUs' and the machine's registers, start, wait for ``done`` (or the
 watchdog's ``stuck``) and read every counter; the link counters only grow, so
 a run reports their increase over the run.  From a run's ``done`` until the
 next run starts (or :data:`QUIET_CYCLES` after the last), the TLP, byte and
-error counters must not move: what did is the run's ``after_done``.  The
+error counters must not move: what did is the run's ``after_done``.
+:data:`SETTLE_CYCLES` after ``done`` every sender's ``credits_away`` is read
+again (the run's ``settled``): all must be 0, every credit home.  The
 runs stop after one that ends stuck or with the sticky ``overflow`` flag set.
 """
 
@@ -29,12 +31,19 @@ _QUIET = (".tlps", ".payload_bytes", ".rx_bytes", ".tx_bytes", ".errors")
 #: Cycles (ns) the last run's quiet counters are watched after its ``done``.
 QUIET_CYCLES = 200
 
+#: Cycles (ns) after ``done`` before the credit counters are read: every
+#: UpdateFC DLLP owed has gone by then (one flush sweep of 64 cycles, 32
+#: waiting for a header beat, and at most 60 on the wire per link) and every
+#: switch's credit returned.
+SETTLE_CYCLES = 1000
+
 
 @cocotb.test()
 async def run_plan(dut):
     """Drive every run of the plan and record its counters."""
     plan = load_plan()
     tb = RegisterTB(dut, plan["counter_names"], clocks=(("clk", 1000),))
+    away = [n for n in plan["counter_names"] if n.endswith(".credits_away")]
     await tb.start()
     results, after = [], None
     for index, run in enumerate(plan["runs"]):
@@ -47,6 +56,9 @@ async def run_plan(dut):
         after = await tb.read_counters()
         results.append({"label": run["label"], "ended": ended or "timeout",
                         "counters": counter_deltas(before, after, _CUMULATIVE)})
+        if ended == "done":
+            await ClockCycles(dut.clk, SETTLE_CYCLES)
+            results[-1]["settled"] = await tb.read_counters(away)
         dut._log.info("run %d/%d %s: %s after %d cycles", index + 1, len(plan["runs"]),
                       run["label"], results[-1]["ended"], after["cycles"])
         if spoils_later_runs(ended, after):

@@ -590,6 +590,10 @@ def _checked_copies(cfg, runs, test_dir):
     for run, result in zip(runs, got["runs"], strict=True):
         pcie.check_run(cfg, run, result)
         assert result["after_done"] == {}, result["after_done"]   # watched, and quiet
+        # every sender's credits read at rest, and all home
+        assert set(result["settled"]) == {n for n in pcie.counter_names(cfg)
+                                          if n.endswith(".credits_away")}, result["settled"]
+        assert not any(result["settled"].values()), result["settled"]
     return [result["counters"] for result in got["runs"]]
 
 
@@ -611,6 +615,13 @@ def test_a_tlp_that_lands_after_a_run_is_done_fails_the_run(tmp_path):
     with pytest.raises(pcie.ExperimentError, match=r"run 1: gpu0.up.payload_bytes = 16386 but "
                                                    r"gpu0.tx_bytes = 16384"):
         pcie.check_run(cfg, runs[1], miscounted)
+    for name, bits, where in (("switch0.credits_away", 0b100_000, "switch0.out1.CPL"),
+                              ("sw0.credits_away", 0b010_000, "sw0.down.NP"),
+                              ("gpu1.down.credits_away", 0b001, "gpu1.down.P")):
+        leaked = dict(got[1], settled={**got[1]["settled"], name: bits})
+        with pytest.raises(pcie.ExperimentError, match=rf"run 1: credits not home at rest at "
+                                                       rf"{where} \(a credit lost"):
+            pcie.check_run(cfg, runs[1], leaked)
     got[0]["after_done"] = {"gpu1.rx_bytes": 32, "gpu0.up.tlps": 1}
     with pytest.raises(pcie.ExperimentError,
                        match=r"run 0: traffic moved after the run was done "

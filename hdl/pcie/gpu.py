@@ -142,6 +142,10 @@ class GpuEndpoint(wiring.Component):
     o_peer, o_src : Out(4)
         The PEER and SRC registers (to select ``i_peer_consumed`` and
         ``i_src_landed``).
+    o_credits_away : Out(3)
+        Bit ``class``: the GPU's transmitter does not hold all its credits for the next
+        hop (:attr:`~hdl.common.credit.CreditCounter.o_away`); all 0 once the
+        machine is at rest.
     """
 
     def __init__(self, cfg, gpu, *, tx_credits, rx_beats=RX_BEATS, checks=True):
@@ -161,6 +165,7 @@ class GpuEndpoint(wiring.Component):
             "o_first_rx": Out(32), "o_last_rx": Out(32),
             "o_errors": Out(16), "o_progress": Out(1), "o_peer": Out(4), "o_src": Out(4),
             "o_first_bad": Out(32), "o_first_bad_addr": Out(32), "o_first_bad_cycle": Out(32),
+            "o_credits_away": Out(N_FC),
         })
 
     def _host_of(self, gpu):
@@ -198,6 +203,7 @@ class GpuEndpoint(wiring.Component):
 
         m.submodules.send = send = StreamToLink(flit_layout=layout, credits=self.tx_credits,
                                                 n_vc=N_FC)
+        m.d.comb += self.o_credits_away.eq(send.o_credits_away)
         wiring.connect(m, send.o, wiring.flipped(self.o))
         m.submodules.rx = rx = VcInputBuffer(flit_layout=layout, depth=self.rx_beats, n_vc=N_FC)
         wiring.connect(m, wiring.flipped(self.i), rx.i)

@@ -64,6 +64,10 @@ class HostMemory(wiring.Component):
         a byte not landed yet or already overwritten.
     o_progress : Out(1)
         A beat moved this cycle (for the watchdog).
+    o_credits_away : Out(3)
+        Bit ``class``: the host memory's transmitter does not hold all its credits for the next
+        hop (:attr:`~hdl.common.credit.CreditCounter.o_away`); all 0 once the
+        machine is at rest.
     """
 
     def __init__(self, cfg, socket, *, tx_credits, rx_beats, checks=True):
@@ -78,7 +82,7 @@ class HostMemory(wiring.Component):
         super().__init__({
             "o": Out(link), "i": In(link), "i_start": In(1), "i_chunk_log2": In(5),
             "o_landed": Out(32).array(self.n), "o_rx_bytes": Out(32), "o_tx_bytes": Out(32),
-            "o_errors": Out(16), "o_progress": Out(1),
+            "o_errors": Out(16), "o_progress": Out(1), "o_credits_away": Out(N_FC),
         })
 
     def elaborate(self, platform):
@@ -90,6 +94,7 @@ class HostMemory(wiring.Component):
         m.submodules.send = send = StreamToLink(flit_layout=layout, credits=self.tx_credits,
                                                 n_vc=N_FC)
         wiring.connect(m, send.o, wiring.flipped(self.o))
+        m.d.comb += self.o_credits_away.eq(send.o_credits_away)
         m.submodules.rx = rx = VcInputBuffer(flit_layout=layout, depth=self.rx_beats, n_vc=N_FC)
         wiring.connect(m, wiring.flipped(self.i), rx.i)
         for c in (FcClass.P, FcClass.CPL):

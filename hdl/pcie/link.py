@@ -116,6 +116,13 @@ class LinkPort(wiring.Component):
         ``o_lane_bytes`` it is the share of the link in use.
     o_dllp_beats : Out(32)
         Beats given to DLLPs alone.
+    o_credits_away : Out(3)
+        Bit ``class``: the transmitter does not hold all the far receiver's
+        header and data credits of that class (its credit limit less the
+        credits consumed is below what the receiver advertised at reset), or
+        the receiver's delivery to the local side does not hold all its
+        credits.  All 0 once the machine is at rest (every UpdateFC DLLP
+        sent by then).
     o_overflow : Out(1)
         Sticky: the receive buffer overflowed (flow control broken).
     """
@@ -132,6 +139,7 @@ class LinkPort(wiring.Component):
             **LinkTiming(),
             "o_tlps": Out(32), "o_payload_bytes": Out(32), "o_lane_bytes": Out(32),
             "o_wire_bytes": Out(32), "o_dllp_beats": Out(32), "o_overflow": Out(1),
+            "o_credits_away": Out(N_FC),
         })
 
     def elaborate(self, platform):
@@ -296,6 +304,11 @@ class LinkPort(wiring.Component):
         m.submodules.deliver = deliver = StreamToLink(flit_layout=layout,
                                                       credits=self.local_credits, n_vc=N_FC)
         wiring.connect(m, deliver.o, wiring.flipped(self.o))
+        for c in range(N_FC):
+            m.d.comb += self.o_credits_away[c].eq(
+                ((hdr_limit[c] - hdr_used[c])[:8] != hdr_credits)
+                | ((data_limit[c] - data_used[c])[:12] != data_credits)
+                | deliver.o_credits_away[c])
         seq_rcvd = Signal(12)
         seq_adv = Signal(12)
         with m.If(self.i_wire.beat_valid & beat_in.head):
@@ -362,12 +375,14 @@ class PcieLink(wiring.Component):
         Timing (see :func:`LinkTiming`), to both ends.
     ab_*, ba_* counters
         ``o_tlps``, ``o_payload_bytes``, ``o_lane_bytes``, ``o_wire_bytes``,
-        ``o_dllp_beats`` of the a-to-b and b-to-a directions.
+        ``o_dllp_beats`` (Out(32)) and ``o_credits_away`` (Out(3)) of the
+        a-to-b and b-to-a directions' transmitters.
     o_overflow : Out(1)
         Sticky: a receive buffer or wire delay overflowed.
     """
 
-    COUNTERS = ("tlps", "payload_bytes", "lane_bytes", "wire_bytes", "dllp_beats")
+    COUNTERS = ("tlps", "payload_bytes", "lane_bytes", "wire_bytes", "dllp_beats",
+                "credits_away")
 
     def __init__(self, cfg, *, a_credits, b_credits):
         self.cfg = cfg
@@ -376,7 +391,8 @@ class PcieLink(wiring.Component):
         members = {"a_i": In(link), "a_o": Out(link), "b_i": In(link), "b_o": Out(link),
                    "i_latency": In(8), **LinkTiming(), "o_overflow": Out(1)}
         for d in ("ab", "ba"):
-            members.update({f"{d}_{c}": Out(32) for c in self.COUNTERS})
+            members.update({f"{d}_{c}": Out(N_FC if c == "credits_away" else 32)
+                            for c in self.COUNTERS})
         super().__init__(members)
         self.port_a = LinkPort(cfg, local_credits=a_credits)
         self.port_b = LinkPort(cfg, local_credits=b_credits)

@@ -10,7 +10,7 @@ everything else up; a root complex sends a TLP for a GPU of its socket down
 to that GPU's switch and everything else over the socket link.
 """
 
-from amaranth import Module, Mux, Signal
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -98,6 +98,9 @@ class Crossbar(wiring.Component):
     o_wants : Out(ports * 3).array(ports)
         Bit ``class * ports + out`` of element ``port``: a beat of that class
         at input ``port`` waits for output ``out``.
+    o_credits_away : Out(ports * 3)
+        Bit ``port * 3 + class``: that output does not hold all its credits
+        (all 0 once the machine is at rest).
     o_overflow : Out(1)
         Sticky: a buffer overflowed.
     """
@@ -111,7 +114,8 @@ class Crossbar(wiring.Component):
         super().__init__({"i": In(link).array(ports), "o": Out(link).array(ports),
                           "i_latency": In(8), "o_overflow": Out(1),
                           "o_occupied": Out(ports * N_FC), "o_no_credit": Out(ports * N_FC),
-                          "o_wants": Out(ports * N_FC).array(ports)})
+                          "o_wants": Out(ports * N_FC).array(ports),
+                          "o_credits_away": Out(ports * N_FC)})
 
     @property
     def in_credits(self):
@@ -127,7 +131,8 @@ class Crossbar(wiring.Component):
                             route=lambda m, flit, i: self.port_of(flit.dst), depth=depth,
                             out_credits=self.out_credits, n_vc=N_FC, packets=True)
         m.submodules.core = core
-        m.d.comb += [self.o_occupied.eq(core.o_occupied), self.o_no_credit.eq(core.o_no_credit)]
+        m.d.comb += [self.o_occupied.eq(core.o_occupied), self.o_no_credit.eq(core.o_no_credit),
+                     self.o_credits_away.eq(core.o_credits_away)]
         m.d.comb += [self.o_wants[p].eq(core.o_wants[p]) for p in range(self.ports)]
         overflow = [core.o_overflow]
         for p in range(self.ports):
@@ -200,6 +205,10 @@ class SocketLink(wiring.Component):
     o_read_wait : Out(32)
         Cycles a peer-to-peer read request waited at the head of its queue for
         room in the read trackers.
+    o_credits_away : Out(3)
+        Bit ``class``: the link's sender to the far root complex does not hold all its credits for the next
+        hop (:attr:`~hdl.common.credit.CreditCounter.o_away`); all 0 once the
+        machine is at rest.
     o_overflow : Out(1)
         Sticky: a buffer overflowed.
     """
@@ -222,7 +231,8 @@ class SocketLink(wiring.Component):
                           "i_read_room": In(17), "o_read_want": Out(13),
                           "o_read_sent": Out(13),
                           "o_cpl_sent": Out(13), "o_cpl_arrived": Out(13),
-                          "o_busy": Out(32), "o_read_wait": Out(32), "o_overflow": Out(1)})
+                          "o_busy": Out(32), "o_read_wait": Out(32), "o_overflow": Out(1),
+                          "o_credits_away": Out(N_FC)})
 
     def elaborate(self, platform):
         m = Module()
@@ -233,6 +243,7 @@ class SocketLink(wiring.Component):
         wiring.connect(m, wiring.flipped(self.i), inq.i)
         m.submodules.send = send = StreamToLink(flit_layout=layout, credits=self.out_credits,
                                                 n_vc=N_FC)
+        m.d.comb += self.o_credits_away.eq(send.o_credits_away)
         cost = Signal(16)
         charge = Signal(16)
         free, debt = _byte_budget(m, self.i_bytes_per_cycle, charge, self.o_busy)
@@ -381,6 +392,10 @@ class RootPort(wiring.Component):
         ``root_host_bytes_per_cycle``.
     o_host_busy : Out(32)
         Cycles the port owed host-memory time (for its utilisation).
+    o_credits_away : Out(6)
+        Bit ``class`` (up, towards the root complex) and ``3 + class``
+        (down, towards the link): that sender does not hold all its credits
+        (all 0 once the machine is at rest).
     """
 
     #: Beats per class the port's input from the link holds.
@@ -393,7 +408,7 @@ class RootPort(wiring.Component):
         link = CreditLink(tlp_layout(cfg), N_FC)
         super().__init__({"link_i": In(link), "root_o": Out(link), "root_i": In(link),
                           "link_o": Out(link), "i_host_bytes_per_cycle": In(8),
-                          "o_host_busy": Out(32)})
+                          "o_host_busy": Out(32), "o_credits_away": Out(2 * N_FC)})
 
     def elaborate(self, platform):
         m = Module()
@@ -403,7 +418,7 @@ class RootPort(wiring.Component):
 
         def charged(beat):
             return beat.head & _is_host(beat) & (beat.kind != TlpType.MRD)
-        costs = []
+        costs, away = [], []
         for name, src, dst, depth, credits in (
                 ("up", self.link_i, self.root_o, self.link_credits, self.up_credits),
                 ("down", self.root_i, self.link_o, self.down_credits, self.down_credits)):
@@ -413,6 +428,7 @@ class RootPort(wiring.Component):
             m.submodules[f"{name}_send"] = send
             wiring.connect(m, wiring.flipped(src), inq.i)
             wiring.connect(m, send.o, wiring.flipped(dst))
+            away.append(send.o_credits_away)
             moved = _whole_tlps(m, inq, send, lambda c, beat: ~charged(beat) | free)
             cost = Signal(16, name=f"{name}_cost")
             for c in range(N_FC):
@@ -420,5 +436,5 @@ class RootPort(wiring.Component):
                 with m.If(moved[c] & charged(beat)):
                     m.d.comb += cost.eq(beat.length)
             costs.append(cost)
-        m.d.comb += owed.eq(costs[0] + costs[1])
+        m.d.comb += [owed.eq(costs[0] + costs[1]), self.o_credits_away.eq(Cat(*away))]
         return m

@@ -82,11 +82,12 @@ def _retrain_word(cfg):
 
 #: Per-GPU counters, in address order.
 GPU_COUNTERS = ("tx_bytes", "rx_bytes", "first_tx", "last_tx", "first_rx", "last_rx",
-                "errors", "state", "first_bad", "first_bad_addr", "first_bad_cycle")
+                "errors", "state", "first_bad", "first_bad_addr", "first_bad_cycle",
+                "credits_away")
 
 
 #: Per-host-memory counters, in address order.
-HOST_COUNTERS = ("rx_bytes", "tx_bytes", "errors")
+HOST_COUNTERS = ("rx_bytes", "tx_bytes", "errors", "credits_away")
 
 
 def link_names(cfg):
@@ -114,6 +115,11 @@ def counter_names(cfg):
     (``switch<s>``) and root complex (``root<k>``): the stall snapshot
     ``occupied``, ``no_credit`` and ``in<port>.wants`` (see
     :class:`~hdl.pcie.switch.Crossbar`).
+
+    Every sender's ``credits_away`` (GPUs, hosts, link directions, root
+    ports ``sw<s>.credits_away``, socket links, switches and root
+    complexes) has a bit set per class, or per (port, class), whose credits
+    are not all home: all 0 once the machine is at rest.
     """
     names = ["cycles", "stuck", "overflow"]
     for g in range(cfg.gpus):
@@ -123,12 +129,14 @@ def counter_names(cfg):
             names += [f"{link}.{d}.{c}" for c in PcieLink.COUNTERS]
     if cfg.sockets == 2:
         names += ["socket01.busy", "socket10.busy", "socket01.read_wait",
-                  "socket10.read_wait", "socket.read_peak"]
+                  "socket10.read_wait", "socket.read_peak", "socket01.credits_away",
+                  "socket10.credits_away"]
     for k in range(cfg.sockets):
         names += [f"host{k}.{c}" for c in HOST_COUNTERS]
     names += [f"sw{s}.host_busy" for s in range(cfg.switches)]
+    names += [f"sw{s}.credits_away" for s in range(cfg.switches)]
     for block, ports in crossbars(cfg):
-        names += [f"{block}.occupied", f"{block}.no_credit"]
+        names += [f"{block}.occupied", f"{block}.no_credit", f"{block}.credits_away"]
         names += [f"{block}.in{p}.wants" for p in range(ports)]
     return names
 
@@ -334,7 +342,7 @@ class PcieSystem(wiring.Component):
         for g in gpus:
             values += [g.o_tx_bytes, g.o_rx_bytes, g.o_first_tx, g.o_last_tx, g.o_first_rx,
                        g.o_last_rx, g.o_errors, g.o_done, g.o_first_bad, g.o_first_bad_addr,
-                       g.o_first_bad_cycle]
+                       g.o_first_bad_cycle, g.o_credits_away]
         for name in link_names(cfg):
             link = links[name]
             for d in ("ab", "ba"):
@@ -342,11 +350,13 @@ class PcieSystem(wiring.Component):
         values += [sl.o_busy for sl in sockets]
         if sockets:
             values += [sl.o_read_wait for sl in sockets] + [tracker.o_peak]
+            values += [sl.o_credits_away for sl in sockets]
         for host in hosts:
-            values += [host.o_rx_bytes, host.o_tx_bytes, host.o_errors]
+            values += [host.o_rx_bytes, host.o_tx_bytes, host.o_errors, host.o_credits_away]
         values += [rp.o_host_busy for rp in root_ports]
+        values += [rp.o_credits_away for rp in root_ports]
         for xbar in switches + roots:
-            values += [xbar.o_occupied, xbar.o_no_credit, *xbar.o_wants]
+            values += [xbar.o_occupied, xbar.o_no_credit, xbar.o_credits_away, *xbar.o_wants]
         assert len(values) == len(counter_names(cfg))
         with m.Switch(self.rd_addr):
             for i, v in enumerate(values):

@@ -293,7 +293,9 @@ def check_run(cfg, run, got):
     byte where it belongs, each GPU link's payload count agrees with its
     GPU's bytes sent (up) and taken in (down), and no TLP moved once it was
     done (``got``'s ``after_done``: a late duplicate lands after the counters
-    are read)."""
+    are read), and every sender holds all its credits once the machine is at
+    rest (``got``'s ``settled``: a lost or doubled credit changes no
+    bandwidth while others remain, so it shows only there)."""
     label = run["label"]
     c = got["counters"]
     if got["ended"] != "done":
@@ -342,6 +344,29 @@ def check_run(cfg, run, got):
         raise ExperimentError(f"{label}: traffic moved after the run was done ("
                               + ", ".join(f"{k} {v:+d}" for k, v in moved.items())
                               + "): a TLP duplicated or delayed past the end of its copy")
+    if away := credits_away(cfg, got.get("settled", {})):
+        raise ExperimentError(f"{label}: credits not home at rest at {', '.join(away)} (a "
+                              "credit lost or returned twice on that link)")
+
+
+def credits_away(cfg, settled):
+    """``sender.class`` of every bit set in the ``credits_away`` counters of
+    ``settled``: the switches' and root complexes' by output
+    (:func:`sim.stall.credits_away`), the root ports' as ``sw<s>.up`` /
+    ``sw<s>.down``, the rest by class alone."""
+    blocks = stall_blocks(cfg)
+    away = stall.credits_away(settled, blocks)
+    crossbar = {f"{b.name}.credits_away" for b in blocks}
+    for name, bits in settled.items():
+        if name in crossbar or not bits:
+            continue
+        sender = name.removesuffix(".credits_away")
+        root_port = sender.startswith("sw") and "." not in sender
+        for b in range(bits.bit_length()):
+            if bits >> b & 1:
+                side = ("up.", "down.")[b // len(FcClass)] if root_port else ""
+                away.append(f"{sender}.{side}{FcClass(b % len(FcClass)).name}")
+    return away
 
 
 def topology(cfg, got):
