@@ -9,8 +9,9 @@ minion cycles from the RTL's counters; nanoseconds use the nominal 600 MHz.
 
 For every run of the plan: write the engines' registers, fill the register
 files, start, wait for ``done`` (or the watchdog's ``stuck``), read the
-counters the run names, then checksum the register files and read those.
-The runs stop after one that ends stuck or with the sticky ``overflow``
+counters the run names, then checksum the register files and read those,
+and every sender's ``credits_away`` (the run's ``settled``: the mesh is at
+rest by the checksum's end, so all must be 0).  The runs stop after one that ends stuck or with the sticky ``overflow``
 flag set.
 """
 
@@ -30,6 +31,7 @@ async def run_plan(dut):
     tb = RegisterTB(dut, plan["counter_names"],
                     clocks=(("clk", clocks["clk"]), ("mesh_clk", clocks["mesh_clk"])))
     await tb.start()
+    away = [n for n in plan["counter_names"] if n.endswith("credits_away")]
     results = []
     for index, run in enumerate(plan["runs"]):
         await tb.write(run["writes"])
@@ -46,6 +48,7 @@ async def run_plan(dut):
             if await tb.wait_for("verify_done", plan["init_cycles"]) is None:
                 raise RuntimeError(f"run {index} ({run['label']}): checksum did not finish")
             entry["checksums"] = await tb.read_counters(run["verify"])
+            entry["settled"] = await tb.read_counters(away)
         else:
             entry["counters"].update(await tb.read_counters(run.get("on_stuck", [])))
         results.append(entry)

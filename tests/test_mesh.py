@@ -258,6 +258,17 @@ def test_every_shire_reduces_at_once_as_fast_as_one_alone(verilog, tmp_path):
     for want, result in zip(runs, got):
         mesh.check_run(CFG, want, result)   # raises on any wrong register
     assert got[1]["counters"]["cycles"] == got[0]["counters"]["cycles"]
+    # every sender's credits read after the checksum, and all home; a bit
+    # left set names the sender
+    away = {n for n in mesh.counter_names(CFG) if n.endswith("credits_away")}
+    assert all(set(r["settled"]) == away and not any(r["settled"].values()) for r in got)
+    for name, bits, where in (("router_2_3.credits_away", 0b1000, "router_2_3.east.rsp"),
+                              ("s5.credits_away", 0b10, "s5.nb0"),
+                              ("s7.port_credits_away", 0b100, "s7.port.down.req")):
+        leaked = dict(got[1], settled={**got[1]["settled"], name: bits})
+        with pytest.raises(mesh.ExperimentError, match=rf"credits not home after the checksum "
+                                                       rf"at {where} \(a credit lost"):
+            mesh.check_run(CFG, runs[1], leaked)
 
 
 @pytest.mark.parametrize("op", [1, 2, 3])

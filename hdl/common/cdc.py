@@ -50,6 +50,9 @@ class LinkCdc(wiring.Component):
     o_overflow : Out(1)
         Sticky, ``i_domain``: a flit arrived with its input buffer full (the
         upstream sender broke the credit protocol).
+    o_credits_away : Out(n_vc)
+        ``o_domain``: the output does not hold all ``out_credits`` of the VC
+        (:attr:`~hdl.common.credit.CreditCounter.o_away`); all 0 at rest.
     i_inject : In(stream.Signature(flit_layout))
         Only with ``inject_vc``: flits to send on VC ``inject_vc``, clocked by
         ``o_domain``.
@@ -72,7 +75,8 @@ class LinkCdc(wiring.Component):
         self.i_domain, self.o_domain = i_domain, o_domain
         self.n_vc = n_vc
         link = CreditLink(flit_layout, n_vc)
-        members = {"i": In(link), "o": Out(link), "o_overflow": Out(1)}
+        members = {"i": In(link), "o": Out(link), "o_overflow": Out(1),
+                   "o_credits_away": Out(n_vc)}
         if inject_vc is not None:
             members["i_inject"] = In(stream.Signature(flit_layout))
         super().__init__(members)
@@ -85,7 +89,8 @@ class LinkCdc(wiring.Component):
             StreamToLink(flit_layout=self.flit_layout, credits=self.out_credits,
                          n_vc=self.n_vc, registered=False))
         wiring.connect(m, wiring.flipped(self.i), buffer.i)
-        m.d.comb += self.o_overflow.eq(buffer.o_overflow)
+        m.d.comb += [self.o_overflow.eq(buffer.o_overflow),
+                     self.o_credits_away.eq(send.o_credits_away)]
         wiring.connect(m, send.o, wiring.flipped(self.o))
         for v in range(self.n_vc):
             # Amaranth's AsyncFIFO needs two entries; with one buffer slot the

@@ -125,6 +125,9 @@ class MeshRouter(wiring.Component):
         Bit ``vc * 5 + out`` of element ``port``: a flit of VC ``vc`` at input
         ``port`` waits for output ``out`` (the stall snapshot of
         :class:`~hdl.common.switch.CreditSwitch`).
+    o_credits_away : Out(10)
+        Bit ``port * 2 + vc``: that output does not hold all its credits (all
+        0 once the mesh is at rest).
     o_overflow : Out(1)
         Sticky: a buffer overflowed (credit protocol broken).
     """
@@ -139,6 +142,7 @@ class MeshRouter(wiring.Component):
             "i": In(link).array(5), "o": Out(link).array(5),
             "o_flits": Out(32).array(5), "o_stalls": Out(32).array(5), "o_overflow": Out(1),
             "o_occupied": Out(10), "o_no_credit": Out(10), "o_wants": Out(10).array(5),
+            "o_credits_away": Out(10),
         })
 
     def elaborate(self, platform):
@@ -180,7 +184,8 @@ class MeshRouter(wiring.Component):
                          self.o_wants[p].eq(switch.o_wants[p])]
         m.d.comb += [self.o_overflow.eq(switch.o_overflow),
                      self.o_occupied.eq(switch.o_occupied),
-                     self.o_no_credit.eq(switch.o_no_credit)]
+                     self.o_no_credit.eq(switch.o_no_credit),
+                     self.o_credits_away.eq(switch.o_credits_away)]
         return m
 
 
@@ -201,6 +206,10 @@ def counter_names(cfg):
     ``router_<x>_<y>.occupied``, ``.no_credit`` and ``.in<port>.wants`` are
     the router's stall snapshot (see :class:`MeshRouter`), sampled from the
     mesh clock domain: read them only once the mesh has stopped moving.
+    ``router_<x>_<y>.credits_away``, ``s<s>.credits_away`` (see
+    :class:`~hdl.etsoc.shire.Shire`) and ``s<s>.port_credits_away`` (see
+    :class:`ShirePort`) name the senders not holding all their credits: all
+    0 once the mesh is at rest.
     """
     names = ["cycles", "stuck", "idle_cycles", "overflow"]
     for s in range(cfg.compute_shires):
@@ -208,8 +217,11 @@ def counter_names(cfg):
             names += [f"s{s}.m{k}.{c}" for c in ENGINE_COUNTERS]
     for y in range(cfg.mesh_rows):
         for x in range(cfg.mesh_cols):
-            names += [f"router_{x}_{y}.occupied", f"router_{x}_{y}.no_credit"]
+            names += [f"router_{x}_{y}.occupied", f"router_{x}_{y}.no_credit",
+                      f"router_{x}_{y}.credits_away"]
             names += [f"router_{x}_{y}.in{p}.wants" for p in range(len(Port))]
+    for s in range(cfg.compute_shires):
+        names += [f"s{s}.credits_away", f"s{s}.port_credits_away"]
     return names
 
 
@@ -400,6 +412,10 @@ class ShirePort(wiring.Component):
         Sticky: a buffer overflowed (credit protocol broken), or the mesh
         stop was acknowledged more flits than it sent or counted more than
         it can hold (:class:`MeshStop` ``o_error``).
+    o_credits_away : Out(4)
+        Bits 0-1 (mesh clock): the up crossing's output to the router, bits
+        2-3 (minion clock): the down crossing's output to the shire, per VC
+        (request, response), does not hold all its credits; all 0 at rest.
     """
 
     def __init__(self, *, flit_layout, depth):
@@ -408,7 +424,7 @@ class ShirePort(wiring.Component):
         super().__init__({"i_up": In(link), "o_up": Out(link), "i_down": In(link),
                           "o_down": Out(link), "i_latency": In(8), "i_shire": In(5),
                           "i_window_flits": In(8), "i_ack_flits": In(8), "o_idle": Out(1),
-                          "o_overflow": Out(1)})
+                          "o_overflow": Out(1), "o_credits_away": Out(4)})
 
     def elaborate(self, platform):
         m = Module()
@@ -430,7 +446,8 @@ class ShirePort(wiring.Component):
         m.d.comb += [up_pipe.i_latency.eq(self.i_latency),
                      down_pipe.i_latency.eq(self.i_latency),
                      self.o_overflow.eq(up_pipe.o_overflow | down_pipe.o_overflow
-                                        | up.o_overflow | down.o_overflow | stop_error)]
+                                        | up.o_overflow | down.o_overflow | stop_error),
+                     self.o_credits_away.eq(Cat(up.o_credits_away, down.o_credits_away))]
         wiring.connect(m, wiring.flipped(self.i_up), up_pipe.i)
         wiring.connect(m, up_pipe.o, up.i)
         wiring.connect(m, up.o, stop.i_up)
@@ -555,7 +572,7 @@ class EtSocMesh(wiring.Component):
                     with m.Case(reg):
                         m.d.sync += sig.eq(self.cfg_data)
         shires = []
-        stops_idle = []
+        stops_idle, ports = [], []
         overflow = [r.o_overflow for r in routers.values()]
         for s, cell in enumerate(cfg.placement):
             shire = SharedModule(Shire, "etsoc_shire", cfg=cfg, flit_layout=layout,
@@ -584,6 +601,7 @@ class EtSocMesh(wiring.Component):
                          port.i_window_flits.eq(latency[MeshReg.MESH_WINDOW_FLITS]),
                          port.i_ack_flits.eq(latency[MeshReg.ACK_FLITS])]
             stops_idle.append(port.o_idle)
+            ports.append(port)
             overflow.append(port.o_overflow)
             wiring.connect(m, shire.o_mesh, port.i_up)
             wiring.connect(m, port.o_up, routers[cell].i[Port.LOCAL])
@@ -618,7 +636,10 @@ class EtSocMesh(wiring.Component):
         for y in range(cfg.mesh_rows):
             for x in range(cfg.mesh_cols):
                 router = routers[x, y]
-                tail += [router.o_occupied, router.o_no_credit, *router.o_wants]
+                tail += [router.o_occupied, router.o_no_credit, router.o_credits_away,
+                         *router.o_wants]
+        for shire, port in zip(shires, ports, strict=True):
+            tail += [shire.o_credits_away, port.o_credits_away]
         assert tail_base + len(tail) == len(counter_names(cfg))
         for s, shire in enumerate(shires):
             m.d.comb += shire.i_rd_addr.eq(self.rd_addr - (len(head) + s * per_shire))

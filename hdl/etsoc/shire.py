@@ -165,6 +165,11 @@ class Shire(wiring.Component):
     o_overflow : Out(1)
         Sticky: some buffer overflowed (credit protocol broken), or the
         barrier unit was sent a flit it does not handle.
+    o_credits_away : Out(neighbourhoods + 3)
+        A sender of the shire does not hold all its credits (all 0 once the
+        shire is at rest): bit 0 some minion's link into its neighbourhood
+        switch, bit ``1 + nb`` an output of neighbourhood switch ``nb``, then
+        an output of the crossbar, then the barrier unit's sender.
     i_send_cycles, i_recv_cycles : In(8)
         Engine latencies, to every engine (see :class:`MinionEngine`).
     i_tree_cycles : In(8)
@@ -200,6 +205,7 @@ class Shire(wiring.Component):
         n_counters = cfg.minions_per_shire * len(ENGINE_COUNTERS)
         super().__init__({"i_shire": In(5),
                           "o_mesh": Out(link), "i_mesh": In(link), "o_overflow": Out(1),
+                          "o_credits_away": Out(cfg.neighbourhoods + 3),
                           "i_send_cycles": In(8), "i_recv_cycles": In(8),
                           "i_tree_cycles": In(8), "i_xbar_cycles": In(8),
                           "i_window_flits": In(8), "i_ack_flits": In(8),
@@ -255,7 +261,7 @@ class Shire(wiring.Component):
                 with m.Case(i):
                     m.d.comb += self.o_rd_data.eq(value)
 
-        xbar_pipes = []
+        xbar_pipes, minions_away = [], []
         for nb in range(nbs):
             def nb_route(m, flit, i, nb=nb):
                 if i == mpn:        # from the crossbar: always for this neighbourhood
@@ -278,6 +284,7 @@ class Shire(wiring.Component):
                 engine = engines[minion]
                 send = StreamToLink(flit_layout=layout, credits=depth)
                 m.submodules[f"send{minion}"] = send
+                minions_away.append(send.o_credits_away.any())
                 wiring.connect(m, engine.o_req, send.i[VC.REQ])
                 wiring.connect(m, engine.o_rsp, send.i[VC.RSP])
                 wiring.connect(m, send.o, switch.i[k])
@@ -332,5 +339,9 @@ class Shire(wiring.Component):
         with m.If(barrier_in.o[VC.REQ].valid):
             m.d.sync += stray.eq(1)
         overflow += [barrier_in.o_overflow, barrier.o_errors.any(), stray]
-        m.d.comb += self.o_overflow.eq(sum(o.as_unsigned() for o in overflow) != 0)
+        m.d.comb += [self.o_overflow.eq(sum(o.as_unsigned() for o in overflow) != 0),
+                     self.o_credits_away.eq(Cat(Cat(*minions_away).any(),
+                                                *(s.o_credits_away.any() for s in xbar_pipes),
+                                                xbar.o_credits_away.any(),
+                                                barrier_out.o_credits_away.any()))]
         return m

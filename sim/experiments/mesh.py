@@ -600,7 +600,10 @@ def stall_blocks(cfg):
 
 
 def check_run(cfg, run, got):
-    """Raise :class:`ExperimentError` unless the run ended cleanly with every register right."""
+    """Raise :class:`ExperimentError` unless the run ended cleanly with every
+    register right and, read after the checksum (``got``'s ``settled``),
+    every sender holds all its credits (a lost or doubled credit changes no
+    timing while others remain, so it shows only there)."""
     label = run["label"]
     if got["ended"] != "done":
         c = got["counters"]
@@ -640,6 +643,25 @@ def check_run(cfg, run, got):
         if have != want:
             raise ExperimentError(f"{label}: {key} = {have:#010x}, expected {want:#010x}: "
                                   "register data lost, duplicated or corrupted")
+    if away := credits_away(cfg, got.get("settled", {})):
+        raise ExperimentError(f"{label}: credits not home after the checksum at "
+                              f"{', '.join(away)} (a credit lost or returned twice on that link)")
+
+
+def credits_away(cfg, settled):
+    """The senders whose ``credits_away`` bits are set in ``settled``: router
+    outputs by port and VC (:func:`sim.stall.credits_away`), then each
+    shire's stages (:class:`~hdl.etsoc.shire.Shire` and
+    :class:`~hdl.etsoc.mesh.ShirePort` ``o_credits_away``)."""
+    away = stall.credits_away(settled, stall_blocks(cfg))
+    stages = (["minion links", *(f"nb{n}" for n in range(cfg.neighbourhoods)), "crossbar",
+               "barrier unit"])
+    port = ["port.up.req", "port.up.rsp", "port.down.req", "port.down.rsp"]
+    for s in range(cfg.compute_shires):
+        for counter, names in (("credits_away", stages), ("port_credits_away", port)):
+            bits = settled.get(f"s{s}.{counter}", 0)
+            away += [f"s{s}.{n}" for b, n in enumerate(names) if bits >> b & 1]
+    return away
 
 
 def _spacing(program, got, side="a"):
