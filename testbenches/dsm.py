@@ -18,9 +18,10 @@ _CUMULATIVE = (".flits", ".stalls", "inj_flits", "inj_stalls")
 
 #: Counters read again after the data check: each SM's open reads, stores
 #: not yet acknowledged and ACKs owed must be 0, its received granules must
-#: not have grown since ``done``, and every credit must be home.
+#: not have grown since ``done``, every credit must be home, and the flits
+#: counted since reset must agree from stage to stage.
 _SETTLED = (".outstanding_reads", ".unacked_flits", ".owed_acks", ".rx_granules",
-            "credits_away")
+            "credits_away", ".flits", ".inj_flits")
 
 
 @cocotb.test()

@@ -12,7 +12,7 @@ import pytest
 
 from hdl.hopper.config import DsmConfig
 from hdl.hopper.endpoint import Fault, GlobalReg, StreamReg
-from hdl.hopper.gpc import Gpc
+from hdl.hopper.gpc import Gpc, switch_blocks
 from sim.build import generate_verilog
 from sim.experiments import dsm
 from sim.report import row_met
@@ -192,9 +192,22 @@ def test_counters_read_after_the_data_check_must_have_settled(verilog, tmp_path)
     run = dsm.build_run(cfg, [dsm.Stream("tma", 0, 1, 16384)], "settle")
     result = simulate(verilog, cfg, [run], tmp_path)[0]
     dsm.check_run(cfg, result)
-    assert set(result["settled"].values()) == {0, 16384 // dsm.GRANULE}, result["settled"]
-    assert sum(k.endswith("credits_away") for k in result["settled"]) == (
-        cfg.n_slots + len(dsm.stall_blocks(cfg))), result["settled"]
+    settled = result["settled"]
+    flits = {k: v for k, v in settled.items() if k.endswith("flits") and "unacked" not in k}
+    assert {v for k, v in settled.items() if k not in flits} == {0, 16384 // dsm.GRANULE}, settled
+    assert sum(k.endswith("credits_away") for k in settled) == (
+        cfg.n_slots + len(dsm.stall_blocks(cfg))), settled
+    # every flit counter read, and the TMA put's flits counted at every stage
+    assert len(flits) == cfg.n_slots + sum(n_out for _, _, n_out in switch_blocks(cfg))
+    assert settled["sm0.inj_flits"] == settled["tpcarb0.o0.flits"] > 16384 // 32
+    extra = dict(result, settled={**settled, "sm0.inj_flits": settled["sm0.inj_flits"] + 1})
+    with pytest.raises(dsm.ExperimentError, match=rf"SM slot 0's shaper sent "
+                                                  rf"{settled['sm0.inj_flits'] + 1} flits since "
+                                                  rf"reset, tpcarb0.o0.flits = "
+                                                  rf"{settled['tpcarb0.o0.flits']}; flits sent "
+                                                  rf"since reset differ along the path \(SM "
+                                                  rf"shapers \d+, TPC arbiters"):
+        dsm.check_run(cfg, extra)
     lost_ack = dict(result, settled={**result["settled"], "sm0.unacked_flits": 33})
     with pytest.raises(dsm.ExperimentError, match="SM slot 0: unacked_flits = 33 after the "
                                                   "data check .store data never acknowledged"):

@@ -13,7 +13,7 @@ import dataclasses
 import statistics
 from dataclasses import dataclass
 
-from hdl.hopper.config import DsmConfig
+from hdl.hopper.config import DsmConfig, cpc_of, tpc_of
 from hdl.hopper.endpoint import CheckReg, GlobalReg, N_CHECKS, N_STREAMS, StreamReg, TrafficKind
 from hdl.hopper.gpc import GLOBAL_SLOT, GpcReg, counter_names, gpc_registers, switch_blocks
 from sim import stall
@@ -178,7 +178,8 @@ def check_run(cfg, run):
     run is done before its ACKs land, so a lost one shows only here), no
     more data than at ``done``, and every shaper and switch output must hold
     all its credits (a lost or doubled credit changes no bandwidth while
-    others remain, so it shows only here).
+    others remain, so it shows only here); the flits counted since reset
+    must agree along the path (:func:`flits_conserved`).
     """
     counters = run["counters"]
     label = run["label"]
@@ -219,10 +220,49 @@ def check_run(cfg, run):
     if away := stall.credits_away(settled, stall_blocks(cfg)):
         problems.append(f"credits not home after the data check at {', '.join(away)} "
                         f"(a credit lost or returned twice on that link)")
+    problems += flits_conserved(cfg, settled)
     if "errors" not in run:
         problems.append("data check did not run")
     if problems:
         raise ExperimentError(f"run {label}: " + "; ".join(problems))
+
+
+#: The stages every flit crosses once, in order: switch-name prefix (the
+#: shapers have none), and what to call it.
+_STAGES = ((None, "SM shapers"), ("tpcarb", "TPC arbiters"), ("ig", "GPCARB ingress"),
+           ("gx", "GX planes"), ("eg", "GPCARB egress"))
+
+
+def flits_conserved(cfg, settled):
+    """Problems found comparing the flit counters read at rest, all counted
+    since reset (so they must agree exactly, modulo their 2**32 wrap): each
+    SM's shaper (``inj_flits``) against its TPC arbiter output, and the flits
+    sent by all the SM shapers, TPC arbiters, GPCARB ingress blocks, GX
+    planes and GPCARB egress blocks, which every flit crosses once each.
+
+    A flit lost or created inside the fabric, or a flit counter wrong,
+    shows here even when the data checks pass (an ACK or read response, say).
+    Empty when ``settled`` holds no flit counters (a result without them).
+    """
+    if "sm0.inj_flits" not in settled:
+        return []
+    problems = []
+    for s in range(cfg.n_slots):
+        t = cpc_of(s, cfg) * cfg.tpcs_per_cpc + tpc_of(s, cfg)
+        out = f"tpcarb{t}.o{s % cfg.sms_per_tpc}.flits"
+        if settled[f"sm{s}.inj_flits"] != settled[out]:
+            problems.append(f"SM slot {s}'s shaper sent {settled[f'sm{s}.inj_flits']} flits "
+                            f"since reset, {out} = {settled[out]}")
+    totals = dict.fromkeys((name for _, name in _STAGES), 0)
+    totals["SM shapers"] = sum(settled[f"sm{s}.inj_flits"] for s in range(cfg.n_slots))
+    for block, _, n_out in switch_blocks(cfg):
+        stage = next(name for prefix, name in _STAGES if block.rstrip("0123456789") == prefix)
+        totals[stage] += sum(settled[f"{block}.o{o}.flits"] for o in range(n_out))
+    if len({v % (1 << 32) for v in totals.values()}) > 1:
+        problems.append("flits sent since reset differ along the path ("
+                        + ", ".join(f"{k} {v % (1 << 32)}" for k, v in totals.items())
+                        + "): flits lost or created in the fabric, or a flit counter wrong")
+    return problems
 
 
 def first_bad(result, slot):
