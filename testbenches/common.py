@@ -15,6 +15,7 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.handle import Immediate
 from cocotb.triggers import First, ReadOnly, RisingEdge, Timer
+from cocotb.utils import get_sim_time
 
 __all__ = ["load_plan", "write_result", "counter_deltas", "spoils_later_runs", "RegisterTB"]
 
@@ -129,6 +130,17 @@ class RegisterTB:
         getattr(self.dut, name).value = 1
         await RisingEdge(self.dut.clk)
         getattr(self.dut, name).value = 0
+
+    async def start_run(self, name="ctl_start"):
+        """Pulse ``name`` and note the simulator's time, for :meth:`clock_cycles`."""
+        await self.pulse(name)
+        self._started_ps = get_sim_time("ps")
+
+    def clock_cycles(self):
+        """Cycles of the first clock since :meth:`start_run`'s pulse, from the
+        simulator's time alone: a count the design's own cycle counter is
+        checked against."""
+        return round((get_sim_time("ps") - self._started_ps) / self.period_ps)
 
     async def wait_for(self, name, cycles, *also):
         """Wait until output ``name`` (or one of ``also``) is high, at most ``cycles``.

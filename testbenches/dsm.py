@@ -4,7 +4,8 @@ For every run of the plan: write the SM registers, fill the shared memories,
 start, wait for the cluster barrier's ``done`` (or the watchdog's ``stuck``),
 read every counter, then check the received data and read the SMs'
 request, acknowledgement and arrival counters again.  The elapsed cycles
-come from the RTL's own cycle counter.  The runs stop after one that ends stuck
+come from the RTL's own cycle counter; the run's ``clock_cycles``, counted
+from the simulator's time, checks it.  The runs stop after one that ends stuck
 or with the sticky ``overflow`` flag set.
 """
 
@@ -38,10 +39,11 @@ async def run_plan(dut):
         if await tb.wait_for("init_done", plan["init_cycles"]) is None:
             raise RuntimeError(f"run {index} ({run['label']}): memory fill did not finish")
         before = await tb.read_counters()
-        await tb.pulse("ctl_start")
+        await tb.start_run()
         ended = await tb.wait_for("done", plan["run_cycles"], "stuck")
+        clock_cycles = tb.clock_cycles()
         after = await tb.read_counters()
-        entry = {"label": run["label"], "ended": ended or "timeout",
+        entry = {"label": run["label"], "ended": ended or "timeout", "clock_cycles": clock_cycles,
                  "counters": counter_deltas(before, after, _CUMULATIVE)}
         if ended == "done":
             await tb.pulse("ctl_verify")

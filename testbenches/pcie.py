@@ -19,7 +19,7 @@ from testbenches.common import (RegisterTB, counter_deltas, load_plan, spoils_la
 
 #: Counters that only grow; a run reports their increase over the run.
 _CUMULATIVE = (".tlps", ".payload_bytes", ".lane_bytes", ".wire_bytes", ".dllp_beats",
-               ".busy", ".host_busy", ".read_wait")
+               ".busy", ".host_busy", ".read_wait", "now")
 
 
 #: Counters that hold still from a run's ``done`` until the next run
@@ -51,10 +51,12 @@ async def run_plan(dut):
         before = await tb.read_counters()
         if after is not None:
             results[-1]["after_done"] = moved(after, before)
-        await tb.pulse("ctl_start")
+        await tb.start_run()
         ended = await tb.wait_for("done", plan["run_cycles"], "stuck")
+        clock_cycles = tb.clock_cycles()
         after = await tb.read_counters()
         results.append({"label": run["label"], "ended": ended or "timeout",
+                        "clock_cycles": clock_cycles,
                         "counters": counter_deltas(before, after, _CUMULATIVE)})
         if ended == "done":
             await ClockCycles(dut.clk, SETTLE_CYCLES)

@@ -208,6 +208,14 @@ def test_counters_read_after_the_data_check_must_have_settled(verilog, tmp_path)
                                                   rf"since reset differ along the path \(SM "
                                                   rf"shapers \d+, TPC arbiters"):
         dsm.check_run(cfg, extra)
+    # the cycle counter is checked against the simulator's time
+    fast = dict(result, clock_cycles=result["clock_cycles"] + 3)
+    with pytest.raises(dsm.ExperimentError, match=rf"run settle: the design counted "
+                                                  rf"{result['counters']['cycles']} cycles, the "
+                                                  rf"simulator's clock "
+                                                  rf"{result['counters']['cycles'] + 3}: the cycle "
+                                                  rf"counter is wrong$"):
+        dsm.check_run(cfg, fast)
     lost_ack = dict(result, settled={**result["settled"], "sm0.unacked_flits": 33})
     with pytest.raises(dsm.ExperimentError, match="SM slot 0: unacked_flits = 33 after the "
                                                   "data check .store data never acknowledged"):

@@ -269,6 +269,10 @@ def test_every_shire_reduces_at_once_as_fast_as_one_alone(verilog, tmp_path):
         with pytest.raises(mesh.ExperimentError, match=rf"credits not home after the checksum "
                                                        rf"at {where} \(a credit lost"):
             mesh.check_run(CFG, runs[1], leaked)
+    fast = dict(got[1], clock_cycles=got[1]["clock_cycles"] + 1)
+    with pytest.raises(mesh.ExperimentError, match=r"the design counted \d+ cycles, the "
+                                                   r"simulator's clock \d+: the cycle counter"):
+        mesh.check_run(CFG, runs[1], fast)
 
 
 @pytest.mark.parametrize("op", [1, 2, 3])

@@ -622,6 +622,15 @@ def test_a_tlp_that_lands_after_a_run_is_done_fails_the_run(tmp_path):
         with pytest.raises(pcie.ExperimentError, match=rf"run 1: credits not home at rest at "
                                                        rf"{where} \(a credit lost"):
             pcie.check_run(cfg, runs[1], leaked)
+    slow = dict(got[1], clock_cycles=got[1]["clock_cycles"] - 1)
+    with pytest.raises(pcie.ExperimentError, match=r"run 1: the design counted \d+ cycles, the "
+                                                   r"simulator's clock \d+: the cycle counter"):
+        pcie.check_run(cfg, runs[1], slow)
+    skewed = dict(got[1], counters={**got[1]["counters"], "now": got[1]["counters"]["now"] + 2})
+    with pytest.raises(pcie.ExperimentError, match=r"run 1: the GPUs' time stamp advanced \d+ "
+                                                   r"cycles over the run, the simulator's clock "
+                                                   r"\d+: the time stamp counter is wrong"):
+        pcie.check_run(cfg, runs[1], skewed)
     got[0]["after_done"] = {"gpu1.rx_bytes": 32, "gpu0.up.tlps": 1}
     with pytest.raises(pcie.ExperimentError,
                        match=r"run 0: traffic moved after the run was done "

@@ -99,6 +99,7 @@ def link_names(cfg):
 def counter_names(cfg):
     """Names of the readable counters, in ``rd_addr`` order.
 
+    ``now`` is the GPUs' time stamp (cycles since reset, wrapping at 2**32).
     ``gpu<k>.state`` is 1 when GPU k is done; ``gpu<k>.first_bad``,
     ``first_bad_addr`` and ``first_bad_cycle`` describe the first beat GPU k
     found wrong (see :class:`~hdl.pcie.gpu.GpuEndpoint`).  Per link and direction
@@ -121,7 +122,7 @@ def counter_names(cfg):
     complexes) has a bit set per class, or per (port, class), whose credits
     are not all home: all 0 once the machine is at rest.
     """
-    names = ["cycles", "stuck", "overflow"]
+    names = ["cycles", "stuck", "overflow", "now"]
     for g in range(cfg.gpus):
         names += [f"gpu{g}.{c}" for c in GPU_COUNTERS]
     for link in link_names(cfg):
@@ -338,7 +339,7 @@ class PcieSystem(wiring.Component):
                      watchdog.i_progress.eq(Cat(*(g.o_progress for g in gpus + hosts)).any()),
                      self.stuck.eq(watchdog.o_stuck)]
 
-        values = [watchdog.o_cycles, self.stuck, Cat(*overflow).any()]
+        values = [watchdog.o_cycles, self.stuck, Cat(*overflow).any(), now]
         for g in gpus:
             values += [g.o_tx_bytes, g.o_rx_bytes, g.o_first_tx, g.o_last_tx, g.o_first_rx,
                        g.o_last_rx, g.o_errors, g.o_done, g.o_first_bad, g.o_first_bad_addr,

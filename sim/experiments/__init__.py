@@ -3,7 +3,7 @@
 import tomllib
 from importlib import resources
 
-__all__ = ["SetByExperiment", "load_reference", "unfinished"]
+__all__ = ["SetByExperiment", "load_reference", "unfinished", "miscounted_cycles"]
 
 
 class SetByExperiment(ValueError):
@@ -45,3 +45,26 @@ def unfinished(label, ended, cycles, *, stuck="{ended}", watchdog=None):
                 f"configuration); ")
     quiet = f" (no progress for watchdog_cycles = {watchdog})" if watchdog is not None else ""
     return f"{label}: {stuck.format(ended=ended)} after {cycles} cycles{quiet}; "
+
+
+#: Clock edges the testbench counts past the top's cycle counter in a run
+#: that ends done: :meth:`testbenches.common.RegisterTB.wait_for` returns at
+#: the clock edge after ``done`` rises.
+CLOCK_EDGES_PAST_DONE = 1
+
+
+def miscounted_cycles(label, run):
+    """The error for a finished run whose ``cycles`` counter disagrees with
+    the testbench's count from the simulator's time (``run["clock_cycles"]``,
+    less :data:`CLOCK_EDGES_PAST_DONE`), or ``None`` when they agree.  The
+    DSM's and the mesh's results are counts over the design's ``cycles``: a
+    cycle counter running fast or slow would move them all alike and pass
+    every other check.  (The PCIe machine's bandwidths use its GPUs' ``now``
+    stamps, which :func:`sim.experiments.pcie.check_run` checks the same
+    way.)  A result without ``clock_cycles`` is not checked.
+    """
+    clock = run.get("clock_cycles")
+    if clock is None or clock - CLOCK_EDGES_PAST_DONE == run["counters"]["cycles"]:
+        return None
+    return (f"{label}: the design counted {run['counters']['cycles']} cycles, the simulator's "
+            f"clock {clock - CLOCK_EDGES_PAST_DONE}: the cycle counter is wrong")

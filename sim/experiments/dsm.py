@@ -17,7 +17,7 @@ from hdl.hopper.config import DsmConfig, cpc_of, tpc_of
 from hdl.hopper.endpoint import CheckReg, GlobalReg, N_CHECKS, N_STREAMS, StreamReg, TrafficKind
 from hdl.hopper.gpc import GLOBAL_SLOT, GpcReg, counter_names, gpc_registers, switch_blocks
 from sim import stall
-from sim.experiments import SetByExperiment, load_reference, unfinished
+from sim.experiments import SetByExperiment, load_reference, miscounted_cycles, unfinished
 from sim.fit import fit_affine, row_error_pct
 
 __all__ = ["Stream", "ExperimentError", "EXPERIMENTS", "build_runs", "check_overrides",
@@ -189,6 +189,8 @@ def check_run(cfg, run):
                               + stuck_report(cfg, counters))
     if counters["overflow"]:
         raise ExperimentError(f"run {label}: a buffer overflowed (credit protocol broken)")
+    if wrong := miscounted_cycles(f"run {label}", run):
+        raise ExperimentError(wrong)
     problems = []
     settled = run.get("settled", {})
     for slot in range(cfg.n_slots):

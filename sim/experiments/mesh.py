@@ -21,7 +21,7 @@ from hdl.etsoc.engine import Couple, EngineReg, checksum, combine, register_word
 from hdl.etsoc.mesh import ALL_MINIONS, GLOBAL, Port, counter_names, mesh_registers
 from sim import stall
 from sim.etsoc_placement import N_SHIRES, hop_stats
-from sim.experiments import SetByExperiment, load_reference, unfinished
+from sim.experiments import SetByExperiment, load_reference, miscounted_cycles, unfinished
 from sim.fit import row_error_pct
 
 __all__ = ["ExperimentError", "EXPERIMENTS", "PingPong", "OneWay", "Cell", "Cells", "Tree",
@@ -619,6 +619,8 @@ def check_run(cfg, run, got):
     counters = got["counters"]
     if counters["overflow"]:
         raise ExperimentError(f"{label}: a buffer overflowed (credit protocol broken)")
+    if wrong := miscounted_cycles(label, got):
+        raise ExperimentError(wrong)
     for key, value in counters.items():
         if key.endswith(".errors") and value:
             first = value >> 16

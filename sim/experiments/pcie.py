@@ -15,7 +15,7 @@ from hdl.pcie.gpu import GpuMode, GpuReg
 from hdl.pcie.system import GLOBAL, counter_names, crossbars, system_registers
 from hdl.pcie.tlp import HOST_NODE, STAGE_SHIFT, FcClass, TlpType
 from sim import stall
-from sim.experiments import SetByExperiment, load_reference, unfinished
+from sim.experiments import SetByExperiment, load_reference, miscounted_cycles, unfinished
 from sim.fit import error_pct, fit_affine
 
 __all__ = ["EXPERIMENTS", "Experiment", "ExperimentError", "SIZE_FIELDS", "build_runs",
@@ -293,7 +293,8 @@ def check_run(cfg, run, got):
     byte where it belongs, each GPU link's payload count agrees with its
     GPU's bytes sent (up) and taken in (down), and no TLP moved once it was
     done (``got``'s ``after_done``: a late duplicate lands after the counters
-    are read), and every sender holds all its credits once the machine is at
+    are read), the cycle counter and the GPUs' time stamp ``now`` advanced as
+    the simulator's clock did, and every sender holds all its credits once the machine is at
     rest (``got``'s ``settled``: a lost or doubled credit changes no
     bandwidth while others remain, so it shows only there)."""
     label = run["label"]
@@ -307,6 +308,15 @@ def check_run(cfg, run, got):
                               + "; ".join(waiting + stall.describe(c, stall_blocks(cfg))))
     if c["overflow"]:
         raise ExperimentError(f"{label}: a buffer overflowed (flow control broken)")
+    if wrong := miscounted_cycles(label, got):
+        raise ExperimentError(wrong)
+    # The bandwidths are bytes over the GPUs' ``now`` stamps; ``now`` is read
+    # just before the start pulse, one clock edge before the testbench's
+    # count of the run's cycles begins.
+    if "clock_cycles" in got and "now" in c and c["now"] != got["clock_cycles"] + 1:
+        raise ExperimentError(f"{label}: the GPUs' time stamp advanced {c['now']} cycles over "
+                              f"the run, the simulator's clock {got['clock_cycles'] + 1}: the "
+                              "time stamp counter is wrong")
     for g in range(cfg.gpus):
         if c[f"gpu{g}.errors"]:
             raise ExperimentError(f"{label}: gpu{g}.errors = {c[f'gpu{g}.errors']}: payload "
