@@ -186,11 +186,12 @@ class CreditCounterHarness(Harness):
     The sender takes a credit of VC ``v`` only while ``o_avail[v]`` is set;
     the receiver returns a credit only for a flit taken in an earlier cycle
     and not yet returned (``outstanding``), at any time it likes.  Property:
-    the counter holds exactly ``depth - outstanding`` credits, which its
-    ports show as ``o_avail[v] == (outstanding[v] < depth)``,
-    ``o_away[v] == (outstanding[v] != 0)`` and ``outstanding[v] <= depth``.  A count off by any amount, below zero
-    (wrapped) or above ``depth``, shows at ``o_avail`` within ``depth``
-    further cycles, so the bounded check covers the count's range.
+    the counter holds exactly ``depth - outstanding`` credits, which its ports
+    show as ``o_avail[v] == (outstanding[v] < depth)``, ``o_away[v] ==
+    (outstanding[v] != 0)`` and ``outstanding[v] <= depth``.  A count off by
+    any amount, below zero (wrapped) or above ``depth``, shows at ``o_avail``
+    within ``depth`` further cycles, so the bounded check covers the count's
+    range.
 
     Parameters
     ----------

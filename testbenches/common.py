@@ -14,7 +14,7 @@ from pathlib import Path
 import cocotb
 from cocotb.clock import Clock
 from cocotb.handle import Immediate
-from cocotb.triggers import First, ReadOnly, RisingEdge, Timer
+from cocotb.triggers import ClockCycles, First, ReadOnly, RisingEdge, Timer
 from cocotb.utils import get_sim_time
 
 __all__ = ["load_plan", "write_result", "counter_deltas", "spoils_later_runs", "RegisterTB"]
@@ -92,6 +92,7 @@ class RegisterTB:
         self.index = {name: i for i, name in enumerate(self.counter_names)}
         self.clocks = tuple(clocks)
         self.period_ps = self.clocks[0][1]
+        self._started_ps = None
 
     async def start(self):
         """Start the clocks and hold every reset for four cycles of the slowest clock."""
@@ -140,7 +141,21 @@ class RegisterTB:
         """Cycles of the first clock since :meth:`start_run`'s pulse, from the
         simulator's time alone: a count the design's own cycle counter is
         checked against."""
+        if self._started_ps is None:
+            raise RuntimeError("clock_cycles() before start_run(): no run has started")
         return round((get_sim_time("ps") - self._started_ps) / self.period_ps)
+
+    async def read_until_zero(self, names, cycles, every=16):
+        """Read the counters ``names`` every ``every`` cycles until all are 0,
+        for at most ``cycles`` cycles; return the last values read (what is
+        still non-zero then stayed so for ``cycles``)."""
+        waited = 0
+        while True:
+            values = await self.read_counters(names)
+            if not any(values.values()) or waited >= cycles:
+                return values
+            await ClockCycles(self.dut.clk, every)
+            waited += every
 
     async def wait_for(self, name, cycles, *also):
         """Wait until output ``name`` (or one of ``also``) is high, at most ``cycles``.

@@ -9,10 +9,12 @@ minion cycles from the RTL's counters; nanoseconds use the nominal 600 MHz.
 
 For every run of the plan: write the engines' registers, fill the register
 files, start, wait for ``done`` (or the watchdog's ``stuck``), read the
-counters the run names, then checksum the register files and read those,
-and every sender's ``credits_away`` (the run's ``settled``: the mesh is at
-rest by the checksum's end, so all must be 0).  The runs stop after one that ends stuck or with the sticky ``overflow``
-flag set.
+counters the run names, then checksum the register files and read those, and
+every sender's ``credits_away`` (the run's ``settled``: all must be 0 once the
+mesh is at rest, so they are read until they are, for at most the plan's
+``settle_cycles``, the watchdog's limit; the last ACKs of a large mesh may
+still be on their way when the checksum ends).  The runs stop after one that
+ends stuck or with the sticky ``overflow`` flag set.
 """
 
 import cocotb
@@ -49,7 +51,7 @@ async def run_plan(dut):
             if await tb.wait_for("verify_done", plan["init_cycles"]) is None:
                 raise RuntimeError(f"run {index} ({run['label']}): checksum did not finish")
             entry["checksums"] = await tb.read_counters(run["verify"])
-            entry["settled"] = await tb.read_counters(away)
+            entry["settled"] = await tb.read_until_zero(away, plan["settle_cycles"])
         else:
             entry["counters"].update(await tb.read_counters(run.get("on_stuck", [])))
         results.append(entry)

@@ -281,6 +281,11 @@ class MeshStop(wiring.Component):
         Request flits sent on the mesh and not yet acknowledged.
     o_idle : Out(1)
         Nothing in flight and no count owed (registered).
+    o_credits_away : Out(1)
+        The router's ``credits`` request credits are not all accounted for:
+        those upstream holds and those kept back here do not sum to
+        ``credits`` (0 once the mesh is at rest; with a window smaller than
+        ``credits`` some stay kept back, so upstream alone may hold fewer).
     o_error : Out(1)
         Sticky: an ACK counted more flits than were in flight, or a count
         owed to a source shire outgrew its counter (only possible when stops'
@@ -302,7 +307,7 @@ class MeshStop(wiring.Component):
                           "i_up": In(link), "o_up": Out(link),
                           "i_arrive_valid": In(1), "i_arrive": In(flit_layout),
                           "o": Out(stream.Signature(flit_layout)), "o_in_flight": Out(16),
-                          "o_idle": Out(1), "o_error": Out(1)})
+                          "o_idle": Out(1), "o_error": Out(1), "o_credits_away": Out(1)})
 
     def elaborate(self, platform):
         m = Module()
@@ -323,7 +328,8 @@ class MeshStop(wiring.Component):
         acked = Mux(ack_here, arrive.data[:16], 0)
         give = Signal()
         m.d.comb += give.eq((returned | (pending != 0)) & (~on | (in_flight + held + 1 <= window)))
-        m.d.comb += self.i_up.credit[VC.REQ].eq(give)
+        m.d.comb += [self.i_up.credit[VC.REQ].eq(give),
+                     self.o_credits_away.eq(held + pending != self.credits)]
         m.d.sync += [held.eq(held - sent + give), pending.eq(pending + returned - give),
                      in_flight.eq(in_flight + (sent & on) - acked)]
         with m.If(ack_here & (acked > in_flight + (sent & on))):
@@ -413,9 +419,12 @@ class ShirePort(wiring.Component):
         stop was acknowledged more flits than it sent or counted more than
         it can hold (:class:`MeshStop` ``o_error``).
     o_credits_away : Out(4)
-        Bits 0-1 (mesh clock): the up crossing's output to the router, bits
-        2-3 (minion clock): the down crossing's output to the shire, per VC
-        (request, response), does not hold all its credits; all 0 at rest.
+        A sender towards the router or the shire does not hold all its
+        credits; all 0 at rest.  Bit 0 (mesh clock): the router's request
+        credits, held by the up crossing or kept back by the mesh stop's
+        window (:attr:`MeshStop.o_credits_away`); bit 1 (mesh clock): the up
+        crossing's response credits; bits 2-3 (minion clock): the down
+        crossing's request and response credits.
     """
 
     def __init__(self, *, flit_layout, depth):
@@ -447,7 +456,8 @@ class ShirePort(wiring.Component):
                      down_pipe.i_latency.eq(self.i_latency),
                      self.o_overflow.eq(up_pipe.o_overflow | down_pipe.o_overflow
                                         | up.o_overflow | down.o_overflow | stop_error),
-                     self.o_credits_away.eq(Cat(up.o_credits_away, down.o_credits_away))]
+                     self.o_credits_away.eq(Cat(stop.o_credits_away, up.o_credits_away[VC.RSP],
+                                                down.o_credits_away))]
         wiring.connect(m, wiring.flipped(self.i_up), up_pipe.i)
         wiring.connect(m, up_pipe.o, up.i)
         wiring.connect(m, up.o, stop.i_up)

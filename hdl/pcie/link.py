@@ -117,12 +117,14 @@ class LinkPort(wiring.Component):
     o_dllp_beats : Out(32)
         Beats given to DLLPs alone.
     o_credits_away : Out(3)
-        Bit ``class``: the transmitter does not hold all the far receiver's
-        header and data credits of that class (its credit limit less the
-        credits consumed is below what the receiver advertised at reset), or
-        the receiver's delivery to the local side does not hold all its
-        credits.  All 0 once the machine is at rest (every UpdateFC DLLP
+        Bit ``class``: the transmitter does not hold exactly the far
+        receiver's header and data credits of that class (its credit limit
+        less the credits consumed differs from what the receiver advertised
+        at reset).  All 0 once the machine is at rest (every UpdateFC DLLP
         sent by then).
+    o_deliver_credits_away : Out(3)
+        Bit ``class``: the receiver's delivery of what it took in to the
+        local side does not hold all its credits (0 at rest).
     o_overflow : Out(1)
         Sticky: the receive buffer overflowed (flow control broken).
     """
@@ -139,7 +141,7 @@ class LinkPort(wiring.Component):
             **LinkTiming(),
             "o_tlps": Out(32), "o_payload_bytes": Out(32), "o_lane_bytes": Out(32),
             "o_wire_bytes": Out(32), "o_dllp_beats": Out(32), "o_overflow": Out(1),
-            "o_credits_away": Out(N_FC),
+            "o_credits_away": Out(N_FC), "o_deliver_credits_away": Out(N_FC),
         })
 
     def elaborate(self, platform):
@@ -304,11 +306,11 @@ class LinkPort(wiring.Component):
         m.submodules.deliver = deliver = StreamToLink(flit_layout=layout,
                                                       credits=self.local_credits, n_vc=N_FC)
         wiring.connect(m, deliver.o, wiring.flipped(self.o))
+        m.d.comb += self.o_deliver_credits_away.eq(deliver.o_credits_away)
         for c in range(N_FC):
             m.d.comb += self.o_credits_away[c].eq(
                 ((hdr_limit[c] - hdr_used[c])[:8] != hdr_credits)
-                | ((data_limit[c] - data_used[c])[:12] != data_credits)
-                | deliver.o_credits_away[c])
+                | ((data_limit[c] - data_used[c])[:12] != data_credits))
         seq_rcvd = Signal(12)
         seq_adv = Signal(12)
         with m.If(self.i_wire.beat_valid & beat_in.head):
@@ -375,8 +377,10 @@ class PcieLink(wiring.Component):
         Timing (see :func:`LinkTiming`), to both ends.
     ab_*, ba_* counters
         ``o_tlps``, ``o_payload_bytes``, ``o_lane_bytes``, ``o_wire_bytes``,
-        ``o_dllp_beats`` (Out(32)) and ``o_credits_away`` (Out(3)) of the
-        a-to-b and b-to-a directions' transmitters.
+        ``o_dllp_beats`` (Out(32)) of the a-to-b and b-to-a directions'
+        transmitters, and ``credits_away`` (Out(3)): per class, the
+        direction's transmitter (flow-control credits) or the far end's
+        delivery of it to the local side does not hold all its credits.
     o_overflow : Out(1)
         Sticky: a receive buffer or wire delay overflowed.
     """
@@ -420,7 +424,10 @@ class PcieLink(wiring.Component):
                          dst.i_wire.eq(Mux(delay.o.valid, delay.o.flit.payload.as_value(), 0))]
             overflow.append(delay.o_overflow)
             for c in self.COUNTERS:
-                m.d.comb += getattr(self, f"{name}_{c}").eq(getattr(src, f"o_{c}"))
+                value = getattr(src, f"o_{c}")
+                if c == "credits_away":     # the direction's two senders of credits
+                    value = value | dst.o_deliver_credits_away
+                m.d.comb += getattr(self, f"{name}_{c}").eq(value)
         m.d.comb += self.o_overflow.eq(Cat(*overflow).any())
         return m
 

@@ -206,8 +206,9 @@ class SocketLink(wiring.Component):
         Cycles a peer-to-peer read request waited at the head of its queue for
         room in the read trackers.
     o_credits_away : Out(3)
-        Bit ``class``: the link's sender to the far root complex does not hold all its credits for the next
-        hop (:attr:`~hdl.common.credit.CreditCounter.o_away`); all 0 once the
+        Bit ``class``: the link's sender to the far root complex does not hold
+        all its credits for the next hop
+        (:attr:`~hdl.common.credit.CreditCounter.o_away`); all 0 once the
         machine is at rest.
     o_overflow : Out(1)
         Sticky: a buffer overflowed.

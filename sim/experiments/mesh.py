@@ -588,7 +588,8 @@ def plan(cfg, runs):
     return {"counter_names": counter_names(cfg), "runs": runs,
             "clock_ps": {"clk": round(1e6 / cfg.minion_mhz), "mesh_clk": round(1e6 / cfg.mesh_mhz)},
             "init_cycles": 4 * cfg.registers * cfg.flits_per_register * 8 + 1000,
-            "run_cycles": 2 * cfg.watchdog_cycles + 2000 * longest}
+            "run_cycles": 2 * cfg.watchdog_cycles + 2000 * longest,
+            "settle_cycles": cfg.watchdog_cycles}
 
 
 def stall_blocks(cfg):
@@ -646,8 +647,10 @@ def check_run(cfg, run, got):
             raise ExperimentError(f"{label}: {key} = {have:#010x}, expected {want:#010x}: "
                                   "register data lost, duplicated or corrupted")
     if away := credits_away(cfg, got.get("settled", {})):
-        raise ExperimentError(f"{label}: credits not home after the checksum at "
-                              f"{', '.join(away)} (a credit lost or returned twice on that link)")
+        raise ExperimentError(f"{label}: credits not home after the checksum (nor "
+                              f"watchdog_cycles = {cfg.watchdog_cycles} later) at "
+                              f"{', '.join(away)} (a credit lost or returned twice on that "
+                              "link)")
 
 
 def credits_away(cfg, settled):
