@@ -92,7 +92,6 @@ class RegisterTB:
         self.index = {name: i for i, name in enumerate(self.counter_names)}
         self.clocks = tuple(clocks)
         self.period_ps = self.clocks[0][1]
-        self._started_ps = None
 
     async def start(self):
         """Start the clocks and hold every reset for four cycles of the slowest clock."""
@@ -132,18 +131,18 @@ class RegisterTB:
         await RisingEdge(self.dut.clk)
         getattr(self.dut, name).value = 0
 
-    async def start_run(self, name="ctl_start"):
-        """Pulse ``name`` and note the simulator's time, for :meth:`clock_cycles`."""
-        await self.pulse(name)
-        self._started_ps = get_sim_time("ps")
+    async def run(self, cycles):
+        """Pulse ``ctl_start`` and wait for ``done`` or ``stuck``, at most ``cycles``.
 
-    def clock_cycles(self):
-        """Cycles of the first clock since :meth:`start_run`'s pulse, from the
-        simulator's time alone: a count the design's own cycle counter is
-        checked against."""
-        if self._started_ps is None:
-            raise RuntimeError("clock_cycles() before start_run(): no run has started")
-        return round((get_sim_time("ps") - self._started_ps) / self.period_ps)
+        Returns ``(ended, clock_cycles)``: the output that rose (``None`` on
+        time-out, see :meth:`wait_for`) and the cycles of the first clock from
+        the start pulse until then, counted from the simulator's time alone
+        (a count the design's own cycle counter is checked against).
+        """
+        await self.pulse("ctl_start")
+        started_ps = get_sim_time("ps")
+        ended = await self.wait_for("done", cycles, "stuck")
+        return ended, round((get_sim_time("ps") - started_ps) / self.period_ps)
 
     async def read_until_zero(self, names, cycles, every=16):
         """Read the counters ``names`` every ``every`` cycles until all are 0,

@@ -39,9 +39,7 @@ async def run_plan(dut):
         if await tb.wait_for("init_done", plan["init_cycles"]) is None:
             raise RuntimeError(f"run {index} ({run['label']}): memory fill did not finish")
         before = await tb.read_counters()
-        await tb.start_run()
-        ended = await tb.wait_for("done", plan["run_cycles"], "stuck")
-        clock_cycles = tb.clock_cycles()
+        ended, clock_cycles = await tb.run(plan["run_cycles"])
         after = await tb.read_counters()
         entry = {"label": run["label"], "ended": ended or "timeout", "clock_cycles": clock_cycles,
                  "counters": counter_deltas(before, after, _CUMULATIVE)}

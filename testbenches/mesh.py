@@ -40,9 +40,7 @@ async def run_plan(dut):
         await tb.pulse("ctl_init")
         if await tb.wait_for("init_done", plan["init_cycles"]) is None:
             raise RuntimeError(f"run {index} ({run['label']}): register fill did not finish")
-        await tb.start_run()
-        ended = await tb.wait_for("done", plan["run_cycles"], "stuck")
-        clock_cycles = tb.clock_cycles()
+        ended, clock_cycles = await tb.run(plan["run_cycles"])
         entry = {"label": run["label"], "ended": ended or "timeout", "clock_cycles": clock_cycles,
                  "counters": await tb.read_counters(["cycles", "stuck", "overflow"]
                                                     + run["read"])}

@@ -51,9 +51,7 @@ async def run_plan(dut):
         before = await tb.read_counters()
         if after is not None:
             results[-1]["after_done"] = moved(after, before)
-        await tb.start_run()
-        ended = await tb.wait_for("done", plan["run_cycles"], "stuck")
-        clock_cycles = tb.clock_cycles()
+        ended, clock_cycles = await tb.run(plan["run_cycles"])
         after = await tb.read_counters()
         results.append({"label": run["label"], "ended": ended or "timeout",
                         "clock_cycles": clock_cycles,

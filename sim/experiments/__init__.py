@@ -55,7 +55,8 @@ CLOCK_EDGES_PAST_DONE = 1
 
 def miscounted_cycles(label, run):
     """The error for a finished run whose ``cycles`` counter disagrees with
-    the testbench's count from the simulator's time (``run["clock_cycles"]``,
+    the testbench's count from the simulator's time (``run["clock_cycles"]``
+    from :meth:`testbenches.common.RegisterTB.run`,
     less :data:`CLOCK_EDGES_PAST_DONE`), or ``None`` when they agree.  The
     DSM's and the mesh's results are counts over the design's ``cycles``: a
     cycle counter running fast or slow would move them all alike and pass

@@ -294,9 +294,9 @@ def check_run(cfg, run, got):
     GPU's bytes sent (up) and taken in (down), and no TLP moved once it was
     done (``got``'s ``after_done``: a late duplicate lands after the counters
     are read), the cycle counter and the GPUs' time stamp ``now`` advanced as
-    the simulator's clock did, and every sender holds all its credits once the machine is at
-    rest (``got``'s ``settled``: a lost or doubled credit changes no
-    bandwidth while others remain, so it shows only there)."""
+    the simulator's clock did, and every sender holds all its credits once
+    the machine is at rest (``got``'s ``settled``: a lost or doubled credit
+    changes no bandwidth while others remain, so it shows only there)."""
     label = run["label"]
     c = got["counters"]
     if got["ended"] != "done":
@@ -367,11 +367,12 @@ def credits_away(cfg, settled):
     blocks = stall_blocks(cfg)
     away = stall.credits_away(settled, blocks)
     crossbar = {f"{b.name}.credits_away" for b in blocks}
+    root_ports = {f"sw{s}.credits_away" for s in range(cfg.switches)}
     for name, bits in settled.items():
         if name in crossbar or not bits:
             continue
         sender = name.removesuffix(".credits_away")
-        root_port = sender.startswith("sw") and "." not in sender
+        root_port = name in root_ports
         for b in range(bits.bit_length()):
             if bits >> b & 1:
                 side = ("up.", "down.")[b // len(FcClass)] if root_port else ""
