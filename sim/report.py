@@ -156,6 +156,14 @@ class ResultSeries:
         load): the fit plot of payload-indexed series draws it dashed, in
         that series' colour (the plot of hop-indexed series draws it as any
         other).
+    seed_lines : tuple of (str, float, float)
+        The seed's own fits of the same quantity (key ``seed_lines``: a list
+        of ``{"label", "alpha_cycles", "beta_cycles_per_byte"}``, or
+        ``"beta_cycles_per_hop"`` for a hop-indexed series), each
+        ``(label, alpha in cycles, beta in cycles per byte or per hop)``:
+        the plot draws each in the series' colour, dotted (then
+        dash-dotted), over its points' range, so the model's line stands
+        next to the seed's.
     """
 
     name: str
@@ -165,6 +173,7 @@ class ResultSeries:
     hops: tuple[int, ...] = ()
     hop_fit: tuple[float, float] | None = None
     baseline_for: str | None = None
+    seed_lines: tuple[tuple[str, float, float], ...] = ()
 
     @property
     def plottable(self) -> bool:
@@ -472,6 +481,31 @@ def _load_series(ctx: _Context, name: str, raw_points: list[Any], raw_fit: Any, 
     return ResultSeries(name=name, payload_bytes=tuple(payloads), cycles=tuple(cycles), fit=fit)
 
 
+def _load_seed_lines(ctx: _Context, s: Mapping[str, Any], where: str,
+                     beta_key: str) -> tuple[tuple[str, float, float], ...]:
+    """A series' optional ``seed_lines``, as :attr:`ResultSeries.seed_lines`."""
+    if "seed_lines" not in s:
+        return ()
+    lines = []
+    for i, raw in enumerate(ctx.array(s, "seed_lines", where)):
+        lwhere = f"{where}.seed_lines[{i}]"
+        line = ctx.obj(raw, lwhere)
+        lines.append((ctx.string(line, "label", lwhere),
+                      float(ctx.number(line, "alpha_cycles", lwhere)),
+                      float(ctx.number(line, beta_key, lwhere))))
+    return tuple(lines)
+
+
+def _draw_seed_lines(ax, s: ResultSeries, xs: Sequence[float], scale: float, color) -> None:
+    """Each of ``s.seed_lines`` in ``color`` over the range of ``xs`` (in the
+    series' own x unit), drawn at ``x / scale`` on the axis: dotted, then
+    dash-dotted, and so on, each labelled ``seed: <label>``."""
+    lo, hi = min(xs), max(xs)
+    for i, (label, alpha, beta) in enumerate(s.seed_lines):
+        ax.plot([lo / scale, hi / scale], [alpha + beta * lo, alpha + beta * hi],
+                (":", "-.")[i % 2], color=color, linewidth=1.6, label=f"seed: {label}")
+
+
 def _load_experiment(path: Path) -> ExperimentResult:
     ctx = _Context(path)
     try:
@@ -507,7 +541,9 @@ def _load_experiment(path: Path) -> ExperimentResult:
             loaded = load(ctx, ctx.string(s, "name", where), ctx.array(s, "points", where),
                           s.get("fit"), where)
             baseline_for = ctx.string(s, "baseline_for", where, optional=True)
-            series.append(replace(loaded, baseline_for=baseline_for))
+            seed_lines = _load_seed_lines(ctx, s, where, "beta_cycles_per_hop" if axis == "hops"
+                                          else "beta_cycles_per_byte")
+            series.append(replace(loaded, baseline_for=baseline_for, seed_lines=seed_lines))
         names = [s.name for s in series]
         for i, s in enumerate(series):
             if s.baseline_for is not None and (s.baseline_for == s.name
@@ -819,6 +855,7 @@ def _render_hop_plot(result: ExperimentResult) -> bytes:
         lo, hi = min(s.hops), max(s.hops)
         top.plot([lo, hi], [alpha + beta * lo, alpha + beta * hi], "-", color=color,
                  label=f"{s.name}: {_fmt_number(alpha)} + {_fmt_number(beta)} x hops cycles")
+        _draw_seed_lines(top, s, s.hops, 1, color)
         bottom.plot(s.hops, s.hop_residuals, "o", color=color, alpha=0.5)
     bottom.axhline(0.0, color="0.4", linewidth=0.8)
     top.set_title(result.title)
@@ -1010,6 +1047,7 @@ def _render_plot(result: ExperimentResult) -> bytes:
                    if len(s.payload_bytes) > 2 else "")
             ),
         )
+        _draw_seed_lines(top, s, s.payload_bytes, _KIB, color)
         if not two_sizes:
             bottom.plot(kib, s.fit.residuals_cycles, "o" + line, color=color, linewidth=0.8,
                         **({"markerfacecolor": "none"} if line == "--" else {}))

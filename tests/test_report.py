@@ -271,6 +271,42 @@ def test_a_baseline_series_is_drawn_in_its_series_colour(tmp_path, monkeypatch):
     assert fits[0].get_color() == fits[1].get_color()
 
 
+def test_seed_lines_are_drawn_next_to_the_model_fit(tmp_path, monkeypatch):
+    """A series' ``seed_lines`` (the seed's own fits) are drawn in its colour,
+    dotted then dash-dotted, over its points' range: on a payload plot in
+    cycles per byte, on a hop plot in cycles per hop."""
+    import sim.report as report
+
+    doc = _dsm_one_way()
+    doc["series"][0]["seed_lines"] = [{"label": "100 + 0.05 cycles/B", "alpha_cycles": 100,
+                                       "beta_cycles_per_byte": 0.05}]
+    _write(tmp_path, doc)
+    hop = {**_mesh_latency(), "points": None, "fit": None,
+           "series": [{"name": "round trip", "x": "hops",
+                       "points": [{"hops": h, "cycles": 150 + 12 * h} for h in (1, 2, 4)],
+                       "fit": {"alpha_cycles": 150, "beta_cycles_per_hop": 12},
+                       "seed_lines": [{"label": "a", "alpha_cycles": 140, "beta_cycles_per_hop": 14},
+                                      {"label": "b", "alpha_cycles": 147, "beta_cycles_per_hop": 12}]}]}
+    del hop["points"], hop["fit"]
+    _write(tmp_path, hop)
+    one_way, latency = sorted(load_results(tmp_path), key=lambda r: r.fabric)
+    assert one_way.series[0].seed_lines == (("100 + 0.05 cycles/B", 100.0, 0.05),)
+    assert one_way.series[1].seed_lines == ()
+    drawn = _drawn_axes(monkeypatch)
+    assert report._render_plot(one_way).startswith(PNG_MAGIC)
+    assert report._render_plot(latency).startswith(PNG_MAGIC)
+    lines = {line.get_label(): line for line in drawn[0][0].get_lines()}
+    seed = lines["seed: 100 + 0.05 cycles/B"]
+    assert seed.get_linestyle() == ":"
+    assert seed.get_color() == next(v for k, v in lines.items() if k.startswith("load:")).get_color()
+    low, high = min(one_way.series[0].payload_bytes), max(one_way.series[0].payload_bytes)
+    assert list(seed.get_ydata()) == pytest.approx([100 + 0.05 * low, 100 + 0.05 * high])
+    assert list(seed.get_xdata()) == pytest.approx([low / 1024, high / 1024])
+    hops = {line.get_label(): line for line in drawn[1][0].get_lines()}
+    assert [hops[k].get_linestyle() for k in ("seed: a", "seed: b")] == [":", "-."]
+    assert list(hops["seed: a"].get_ydata()) == [154, 196]
+
+
 def test_a_two_point_fit_draws_no_spread_of_rounding(tmp_path, monkeypatch):
     """Lines through two points leave residuals of rounding (1e-10 cycles):
     with two sizes in every series no residual panel is drawn and the title
@@ -365,6 +401,10 @@ def test_a_what_if_is_marked_where_its_rows_meet_the_seed(tmp_path):
          r"not 'lod'"),
         (lambda d: d["series"][1].update(baseline_for="store"),
          r"series\[1\]: key 'baseline_for' must name another series \('load'\), not 'store'"),
+        (lambda d: d["series"][0].update(seed_lines={"label": "x"}),
+         r"one_way\.json: series\[0\]: key 'seed_lines' must be"),
+        (lambda d: d["series"][0].update(seed_lines=[{"label": "x", "alpha_cycles": 1}]),
+         r"one_way\.json: series\[0\]\.seed_lines\[0\]: missing key 'beta_cycles_per_byte'"),
         # finite, so it passes the file's checks, but no plot scale holds it
         (lambda d: d["series"][0]["points"][0].update(cycles=1e308),
          r"one_way\.json: its numbers cannot be plotted \(OverflowError"),

@@ -988,6 +988,10 @@ def _credit_rows(cfg, runs, measured):
               for signal, label in (("credit", "credit"), ("tensor_send", "TensorSend"))]
     series[0]["fit"] = {"alpha_cycles": a, "beta_cycles_per_hop": b,
                         "max_residual_cycles": worst}
+    series[0]["seed_lines"] = [
+        {"label": f"{fit['base_ns']:g} + {fit['per_hop_ns']:g} ns/hop ({name.replace('_', ' ')})",
+         "alpha_cycles": fit["base_ns"] / ns, "beta_cycles_per_hop": fit["per_hop_ns"] / ns}
+        for name, fit in _reference_entry("credit.fits").items()]
     rows = [
         _ref_row("credit round trip per mesh hop (fit)", b * ns, "credit.per_hop_ns"),
         _ref_row("credit round trip at 0 hops (fit intercept)", a * ns, "credit.base_ns"),
@@ -1158,10 +1162,14 @@ def _speeds_rows(cfg, runs, measured):
             by_path[p["path"]] = rt
     points.sort()
     a, b, res = _affine(*zip(*points))
+    base = _reference_entry("three_speeds.mesh_base")["value"]
+    per_hop = _reference_entry("three_speeds.mesh_per_hop")["value"]
     series = [{"name": "mesh round trip from shire 0", "x": "hops",
                "points": [{"hops": h, "cycles": c} for h, c in points],
                "fit": {"alpha_cycles": a, "beta_cycles_per_hop": b,
-                       "max_residual_cycles": float(np.max(np.abs(res)))}}]
+                       "max_residual_cycles": float(np.max(np.abs(res)))},
+               "seed_lines": [{"label": f"{base:g} + {per_hop:g} x hops cycles",
+                               "alpha_cycles": base, "beta_cycles_per_hop": per_hop}]}]
     rows = [
         _ref_row("tree edge round trip", by_path["tree_edge"], "three_speeds.tree_edge"),
         _ref_row("crossbar round trip", by_path["crossbar"], "three_speeds.crossbar"),
@@ -1255,9 +1263,14 @@ def _size_rows(cfg, runs, measured):
         fit = fit_affine([n * cfg.register_bytes for n, _ in pts], [c for _, c in pts])
         per_reg = fit.beta_cycles_per_byte * cfg.register_bytes
         where = f" ({h} hop{'s' * (h != 1)})" if h else ""
+        fixed = _reference_entry(f"message_size.{path}.fixed")["value"]
+        seed_per_reg = _reference_entry(f"message_size.{path}.per_register")["value"]
         series.append({"name": f"{path}{where}",
                        "points": [{"payload_bytes": n * cfg.register_bytes, "cycles": c}
-                                  for n, c in pts], "fit": fit.to_json()})
+                                  for n, c in pts], "fit": fit.to_json(),
+                       "seed_lines": [{"label": f"{fixed:g} + {seed_per_reg:g} cycles/register",
+                                       "alpha_cycles": fixed, "beta_cycles_per_byte":
+                                       seed_per_reg / cfg.register_bytes}]})
         rows += [_ref_row(f"{path}{where}: fixed cost per message", fit.alpha_cycles,
                           f"message_size.{path}.fixed"),
                  _ref_row(f"{path}{where}: cost per register", per_reg,
