@@ -687,21 +687,27 @@ def run_cocotb_cached(verilog: Path, toplevel: str, test_module: str, *,
     entry that cannot be read is ignored and replaced.  On a reuse
     ``test_dir`` gets the plan, the result and ``reused.txt`` naming the
     entry, and loses the files of any earlier run (log, xUnit report,
-    waveform), which would not be this result's.
+    waveform) unless they are this result's: ``key.txt``, written by every
+    simulation that ends (``waves`` included), names the key they came from.
 
     Raises
     ------
     Whatever :func:`run_cocotb` and :func:`simulation_key` raise.
     """
     check_simulator(sim)
-    if cache_dir is None or waves:
-        return run_cocotb(verilog, toplevel, test_module, sim=sim, waves=waves, plan=plan,
-                          test_dir=test_dir, timeout_s=timeout_s,
-                          internal_signals=internal_signals), False
     key = simulation_key(verilog, toplevel, test_module, sim=sim, plan=plan,
                          internal_signals=internal_signals)
-    entry = Path(cache_dir) / f"{key}.json"
     test_dir = Path(test_dir).resolve()
+    key_path = test_dir / "key.txt"
+    if cache_dir is None or waves:
+        for stale in (key_path, test_dir / "reused.txt"):
+            stale.unlink(missing_ok=True)
+        result = run_cocotb(verilog, toplevel, test_module, sim=sim, waves=waves, plan=plan,
+                            test_dir=test_dir, timeout_s=timeout_s,
+                            internal_signals=internal_signals)
+        write_atomically(key_path, key + "\n")
+        return result, False
+    entry = Path(cache_dir) / f"{key}.json"
     with _run_folder(test_dir):
         # Read under the lock: a run that waited finds what the one before stored.
         stored = None
@@ -712,16 +718,24 @@ def run_cocotb_cached(verilog: Path, toplevel: str, test_module: str, *,
                 pass
         if (isinstance(stored, dict) and stored.get("key") == key
                 and isinstance(stored.get("result"), dict)):
-            for stale in ("results.xml", "sim.log", f"{toplevel}.fst", f"{toplevel}.vcd"):
-                (test_dir / stale).unlink(missing_ok=True)
+            try:
+                own = key_path.read_text(encoding="utf-8").strip() == key
+            except OSError:
+                own = False
+            if not own:
+                for stale in ("results.xml", "sim.log", f"{toplevel}.fst", f"{toplevel}.vcd",
+                              key_path.name):
+                    (test_dir / stale).unlink(missing_ok=True)
             _write_json_atomically(test_dir / "plan.json", plan)
             _write_json_atomically(test_dir / "result.json", stored["result"])
             write_atomically(test_dir / "reused.txt", f"simulation result reused from {entry}\n")
             return stored["result"], True
         (test_dir / "reused.txt").unlink(missing_ok=True)
+        key_path.unlink(missing_ok=True)
         result = _simulate(verilog, toplevel, test_module, sim=sim, waves=False, plan=plan,
                            test_dir=test_dir, timeout_s=timeout_s,
                            internal_signals=internal_signals)
+        write_atomically(key_path, key + "\n")
     entry.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(entry, json.dumps({"key": key, "result": result}) + "\n")
     return result, False

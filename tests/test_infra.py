@@ -291,6 +291,32 @@ def test_cached_run_is_reused_only_for_the_same_inputs(counter_verilog, tmp_path
     assert json.loads((cache / f"{key}.json").read_text())["result"] == first
 
 
+def test_a_reuse_keeps_the_logs_of_the_same_result_only(counter_verilog, tmp_path):
+    """A run folder's log and waveform stay when the result reused is the one
+    they came from (``key.txt``), as after a ``--waves`` run; a folder whose
+    files came from another plan loses them."""
+    cache, folder = tmp_path / "simulations", tmp_path / "run"
+    run_cocotb_cached(counter_verilog, "counter", "cocotb_smoke", plan=PLAN, test_dir=folder,
+                      cache_dir=cache, waves=True)        # a traced run stores no result
+    traced = {p.name for p in folder.iterdir()}
+    assert {"sim.log", "key.txt"} <= traced and traced & {"counter.fst", "counter.vcd"}
+    run_cocotb_cached(counter_verilog, "counter", "cocotb_smoke", plan=PLAN, test_dir=folder,
+                      cache_dir=cache)                    # simulates and stores
+    (folder / "counter.vcd").write_text("a waveform of this result")
+    log = (folder / "sim.log").read_text()
+    _, reused = run_cocotb_cached(counter_verilog, "counter", "cocotb_smoke", plan=PLAN,
+                                  test_dir=folder, cache_dir=cache)
+    assert reused and (folder / "sim.log").read_text() == log
+    assert (folder / "counter.vcd").exists() and (folder / "reused.txt").exists()
+    other = dict(PLAN, watchdog_cycles=999)
+    run_cocotb_cached(counter_verilog, "counter", "cocotb_smoke", plan=other,
+                      test_dir=tmp_path / "other", cache_dir=cache)
+    _, reused = run_cocotb_cached(counter_verilog, "counter", "cocotb_smoke", plan=other,
+                                  test_dir=folder, cache_dir=cache)
+    assert reused
+    assert {p.name for p in folder.iterdir()} == {".lock", "plan.json", "result.json", "reused.txt"}
+
+
 def test_failed_run_is_not_cached(counter_verilog, tmp_path):
     plan = {"clock_ns": 10, "watchdog_cycles": LIMIT - 1}
     for _ in range(2):
