@@ -441,15 +441,18 @@ def _cmd_list(args):
                or list(FABRICS))
     console = Console()
     table = Table(title="experiments")
-    for col in ("name", "what"):
-        table.add_column(col)
+    # names are never split, even at a pipe's 80 columns: they are copied
+    # into commands
+    table.add_column("name", no_wrap=True)
+    table.add_column("what")
     for fabric in fabrics:
         for name, exp in _experiments(fabric).items():
             table.add_row(f"{fabric}.{name}", exp.title)
     console.print(table)
     for fabric in fabrics:
         table = Table(title=f"{fabric} configuration (--set FIELD=VALUE)")
-        for col in ("field", "default", "rebuilds", "source"):
+        table.add_column("field", no_wrap=True)
+        for col in ("default", "rebuilds", "source"):
             table.add_column(col, overflow="fold")
         for f in dataclasses.fields(_fabric(fabric).config):
             # the column folds a long value (payload_kib's eleven sizes)
@@ -920,12 +923,15 @@ def _cmd_run(args):
     for error in skipped:
         console.log(f"skipped: {escape(str(error))}")
     log_config_tables(console, args.config, from_file, sets, "run")
-    from sim.runner import verilator_writes_fst
+    from sim.runner import fst_headers_missing
 
-    if args.waves and args.sim == "verilator" and not verilator_writes_fst():
-        console.log("--waves: Verilator writes VCD here, not FST: the C++ compiler finds no "
-                    "lz4.h or zlib.h (Debian: liblz4-dev zlib1g-dev); VCD files are tens of "
-                    "times larger (GB for an experiment of many runs) and slower to write")
+    if args.waves and args.sim == "verilator" and (missing := fst_headers_missing()):
+        packages = {"lz4.h": "liblz4-dev", "zlib.h": "zlib1g-dev"}
+        console.log(f"--waves: Verilator writes VCD here, not FST: the C++ compiler finds no "
+                    f"{' or '.join(missing)} (Debian: "
+                    f"{' '.join(packages[h] for h in missing)}); VCD files are tens of "
+                    "times larger (GB for an experiment of many runs) and slower to write, "
+                    "and the simulator's first build with tracing takes minutes")
     run_root = Path(args.build) / "runs" / args.sim
     builds = list(dict.fromkeys(b for job in jobs for b in job_verilog(job)))
     failed = False
@@ -993,7 +999,7 @@ def _cmd_run(args):
                         how = (f"simulation results reused ({reused} of {len(job.parts)} parts)"
                                if reused else "simulated")
                         console.log(f"{job.fabric}.{job.name}: {n_runs} runs in {seconds:.0f} s, "
-                                    f"{how}, {_rows_met_text(data['rows'])} rows met -> {out}")
+                                    f"{how}, {_rows_met_text(data['rows'])} -> {out}")
                         for wave in _waveforms(data):
                             console.log(f"{job.fabric}.{job.name} waveform: {escape(wave)}")
     finally:

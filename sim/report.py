@@ -45,6 +45,7 @@ __all__ = [
     "load_results",
     "write_report",
     "print_summary",
+    "met_sentence",
     "met_text",
     "rows_met_text",
 ]
@@ -392,26 +393,38 @@ def _optional_float(value: Any) -> float | None:
 
 def met_text(met: int, checked: int, total: int) -> str:
     """``"met / checked"`` rows, followed by ``" (+N for information)"`` when
-    ``N = total - checked`` rows have no target."""
+    ``N = total - checked`` rows have no target; ``"N for information"``
+    when no row has a target (a fault experiment's, whose runs are checked
+    but whose bandwidths the seed never measured)."""
     info = total - checked
+    if not checked and info:
+        return f"{info} for information"
     return f"{met} / {checked}" + (f" (+{info} for information)" if info else "")
 
 
+def met_sentence(met: int, checked: int, total: int) -> str:
+    """:func:`met_text` as a phrase: ``"5 / 8 rows met"``, or ``"6 rows for
+    information"`` when no row has a target."""
+    text = met_text(met, checked, total)
+    return f"{text} rows met" if checked or not total else f"{total} rows for information"
+
+
 def rows_met_text(raw_rows: Sequence[Mapping[str, Any]]) -> str:
-    """:func:`met_text` of result-row dicts.
+    """:func:`met_sentence` of result-row dicts.
 
     Raises
     ------
     ValueError
         If a row is malformed (see :func:`load_results`).
     """
-    return _rows_text([_load_row(_Context(Path("<row>")), raw, "row") for raw in raw_rows])
+    return _rows_text([_load_row(_Context(Path("<row>")), raw, "row") for raw in raw_rows],
+                      met_sentence)
 
 
-def _rows_text(rows: Sequence[ResultRow]) -> str:
-    """:func:`met_text` of loaded rows."""
-    return met_text(sum(r.met is True for r in rows), sum(r.met is not None for r in rows),
-                    len(rows))
+def _rows_text(rows: Sequence[ResultRow], form=met_text) -> str:
+    """:func:`met_text` (or ``form``) of loaded rows."""
+    return form(sum(r.met is True for r in rows), sum(r.met is not None for r in rows),
+                len(rows))
 
 
 def row_met(raw: Mapping[str, Any]) -> bool | None:
@@ -947,6 +960,8 @@ def _render_chart(result: ExperimentResult) -> bytes:
 def _render_topology(result: ExperimentResult) -> bytes:
     """PNG of a machine's nodes and links, each link coloured by its busier
     direction and labelled with both directions' utilisation."""
+    import textwrap
+
     from matplotlib import colormaps
 
     tp = result.topology
@@ -969,8 +984,8 @@ def _render_topology(result: ExperimentResult) -> bytes:
     for name, (x, y) in at.items():
         ax.text(x, y, name, ha="center", va="center", fontsize=8, zorder=4,
                 bbox={"facecolor": "0.9", "edgecolor": "0.3", "boxstyle": "round"})
-    ax.set_title(f"{tp['title']}\n{tp.get('legend', 'utilisation a to b / b to a')}",
-                 fontsize=9)
+    legend = textwrap.fill(tp.get("legend", "utilisation a to b / b to a"), 110)
+    ax.set_title(f"{tp['title']}\n{legend}", fontsize=9)
     ax.invert_yaxis()
     ax.axis("off")
     ax.margins(0.08)
@@ -1183,7 +1198,7 @@ def write_report(results_dir: Path) -> Path:
     plots.update({r.topology_path: _plotted(r, _render_topology) for r in results
                   if r.topology is not None})
 
-    total_text = _rows_text([row for r in results for row in r.rows])
+    total_text = _rows_text([row for r in results for row in r.rows], met_sentence)
     simulators = ", ".join(sorted({r.simulator for r in results}))
     generated = datetime.now(timezone.utc).isoformat(timespec="seconds")
 
@@ -1191,7 +1206,7 @@ def write_report(results_dir: Path) -> Path:
         "# fabricsim report",
         "",
         f"Generated {generated} · simulator: {simulators} · "
-        f"{len(results)} experiment{'s' * (len(results) != 1)}, {total_text} rows met"
+        f"{len(results)} experiment{'s' * (len(results) != 1)}, {total_text}"
         + (f" · **{what_ifs} experiment{'s' * (what_ifs != 1)} run as "
            f"{'what-ifs' if what_ifs != 1 else 'a what-if'}**, marked below and in the "
            f"titles of {'their' if what_ifs != 1 else 'its'} plots"
@@ -1207,7 +1222,8 @@ def write_report(results_dir: Path) -> Path:
         "a range), its section and sentence in the source column; **error %** is 100 × "
         "(model − seed) / seed, left out (—) where the seed gives a range or only a bound, "
         "and for a row in % without a tolerance the difference model − seed in "
-        "percentage points (pp). Cycles and B/cycle "
+        "percentage points (pp); a row for information (target —) shows its error too, "
+        "and its experiment's notes say why it is not a target. Cycles and B/cycle "
         "are in each fabric's own clock: the SM clock (sm_clock_ghz, 1.785 GHz) for dsm, the "
         "minion clock (minion_mhz, 600 MHz) for mesh unless a row says mesh cycles "
         "(mesh_mhz, 400 MHz), 1 GHz (1 ns) for pcie, at the seeds' clocks unless an "
@@ -1569,7 +1585,7 @@ def _verification_section(results_dir: Path) -> list[str]:
     path = results_dir / RANDOM_NAME
     if not _present(path, "a random-traffic file"):
         return lines + ["No random-traffic results in this folder: "
-                        "`python -m sim.random_traffic` writes them.", ""]
+                        "`make report` runs `python -m sim.random_traffic`, which writes them.", ""]
     try:
         rows = json.loads(path.read_text(encoding="utf-8"))["rows"]
         table = [[str(r["fabric"]), str(r["simulator"]),
@@ -1647,7 +1663,7 @@ def print_summary(results_dir: Path, *, console: Console | None = None) -> bool:
             markup=True,
             highlight=False,
         )
-    console.print(_rows_text([row for r in results for row in r.rows]) + " rows met")
+    console.print(_rows_text([row for r in results for row in r.rows], met_sentence))
     if missed:
         # the notes are written for the seed's configuration, not a what-if's
         known = "; ".join(

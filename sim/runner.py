@@ -52,7 +52,7 @@ from sim.toolchain import check_simulator, verilator_env
 _LOG = logging.getLogger("fabricsim")
 
 __all__ = ["TIMESCALE", "VERILATOR_WAIVERS", "run_cocotb", "run_cocotb_cached", "simulation_key",
-           "verilator_writes_fst"]
+           "fst_headers_missing", "verilator_writes_fst"]
 
 #: Time unit and precision given to modules without a `timescale` (Amaranth
 #: writes none). Icarus would otherwise use 1 s units, where cocotb cannot
@@ -154,21 +154,31 @@ def _failures(results_xml: Path) -> tuple[int, list[str]]:
 
 
 @functools.cache
-def verilator_writes_fst() -> bool:
-    """True when Verilator can write FST waveforms here: its FST writer
-    compiles against the system's lz4 and zlib C headers (Debian:
-    ``liblz4-dev``, ``zlib1g-dev``), so the C++ compiler (``$CXX``, else
-    ``c++``) must find them.  Otherwise ``--waves`` writes VCD."""
-    probe = "#include <lz4.h>\n#include <zlib.h>\n"
+def fst_headers_missing() -> tuple[str, ...]:
+    """The C headers Verilator's FST writer compiles against that the C++
+    compiler (``$CXX``, else ``c++``) does not find here: of ``lz4.h`` and
+    ``zlib.h`` (Debian: ``liblz4-dev``, ``zlib1g-dev``); both when the
+    compiler does not run."""
     compiler = os.environ.get("CXX", "c++")
-    try:
-        done = subprocess.run(
-            [compiler, "-E", "-x", "c++", "-", "-o", os.devnull],
-            input=probe, capture_output=True, text=True, check=False,
-        )
-    except OSError:
-        return False
-    return done.returncode == 0
+    missing = []
+    for header in ("lz4.h", "zlib.h"):
+        try:
+            done = subprocess.run(
+                [compiler, "-E", "-x", "c++", "-", "-o", os.devnull],
+                input=f"#include <{header}>\n", capture_output=True, text=True, check=False,
+            )
+        except OSError:
+            return ("lz4.h", "zlib.h")
+        if done.returncode != 0:
+            missing.append(header)
+    return tuple(missing)
+
+
+def verilator_writes_fst() -> bool:
+    """True when Verilator can write FST waveforms here: the C++ compiler
+    finds the lz4 and zlib headers (:func:`fst_headers_missing`).
+    Otherwise ``--waves`` writes VCD."""
+    return not fst_headers_missing()
 
 
 def _verilator_make_overrides() -> str:

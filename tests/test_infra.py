@@ -326,6 +326,25 @@ def test_failed_run_is_not_cached(counter_verilog, tmp_path):
     assert not list((tmp_path / "simulations").glob("*.json"))
 
 
+def test_fst_headers_missing_names_each_header_the_compiler_lacks(tmp_path, monkeypatch):
+    """``--waves`` says which of lz4.h and zlib.h is missing, not both."""
+    from sim import runner
+
+    compiler = tmp_path / "cxx"
+    compiler.write_text("#!/bin/sh\nif grep -q lz4; then exit 1; fi\n")
+    compiler.chmod(0o755)
+    monkeypatch.setenv("CXX", str(compiler))
+    runner.fst_headers_missing.cache_clear()
+    try:
+        assert runner.fst_headers_missing() == ("lz4.h",)
+        assert not runner.verilator_writes_fst()
+        runner.fst_headers_missing.cache_clear()
+        monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+        assert runner.fst_headers_missing() == ("lz4.h", "zlib.h")
+    finally:
+        runner.fst_headers_missing.cache_clear()
+
+
 def test_timeout_stops_a_hung_simulation(counter_verilog, tmp_path):
     # Held off, the counter never finishes; the watchdog is far beyond what
     # the simulator can reach in the time allowed.

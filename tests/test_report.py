@@ -121,6 +121,18 @@ def results(tmp_path):
     return root
 
 
+def test_rows_met_text_of_an_experiment_without_targets():
+    """A fault experiment's rows all stand for information: the count says
+    so rather than "0 / 0", and the phrase does not call them met."""
+    from sim.report import met_sentence, met_text
+
+    assert met_text(0, 0, 6) == "6 for information"
+    assert met_sentence(0, 0, 6) == "6 rows for information"
+    assert met_text(5, 8, 10) == "5 / 8 (+2 for information)"
+    assert met_sentence(5, 8, 10) == "5 / 8 (+2 for information) rows met"
+    assert met_sentence(0, 0, 0) == "0 / 0 rows met"
+
+
 def test_report_rows_marks_and_plots(results):
     report = write_report(results)
     assert report == results / "report.md"
@@ -667,7 +679,7 @@ def test_an_output_that_is_a_folder_is_named_and_nothing_is_written(results, nam
 
 def test_verification_section_lists_the_random_traffic(results):
     report = write_report(results).read_text()
-    assert "`python -m sim.random_traffic` writes them" in report
+    assert "`make report` runs `python -m sim.random_traffic`, which writes them" in report
     (results / "random.json").write_text(json.dumps({"rows": [
         {"fabric": "dsm", "simulator": "verilator", "seeds": [1, 2], "runs": 6, "transfers": 31,
          "checked_bytes": 123456, "failures": [], "passed": True},
