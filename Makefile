@@ -74,7 +74,8 @@ soak: venv
 	$(BIN)/pytest -q -m slow || test $$? -eq 5
 
 # Bounded formal proofs of the arbiter, credit counter, shaper, ACK
-# coalescer, a GX plane and a mesh router; writes results/proofs.json.
+# coalescer, registered-read FIFO, a GX plane and a mesh router; writes
+# results/proofs.json.
 prove: venv
 	$(BIN)/python -m sim.prove --build $(BUILD) --results $(RESULTS) $(FRESH_FLAG)
 

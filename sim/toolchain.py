@@ -115,7 +115,7 @@ def check_simulator(name: str) -> None:
                 f"sim 'icarus' needs Icarus Verilog, but {' and '.join(missing)} "
                 f"{'are' if len(missing) > 1 else 'is'} not on PATH "
                 "(Debian/Ubuntu: apt-get install iverilog); "
-                "use sim 'verilator' instead"
+                "use Verilator instead (--sim verilator, the default)"
             )
     else:
         _verilator_root()

@@ -409,8 +409,10 @@ def topology(cfg, got):
                       "ab": min(1.0, c["socket01.busy"] / max(c["cycles"], 1)),
                       "ba": min(1.0, c["socket10.busy"] / max(c["cycles"], 1))})
     return {"nodes": nodes, "links": links,
-            "legend": "link utilisation over the run, up (towards the CPU; CPU0 to CPU1) / "
-                      "down: share of the link's time carrying a beat"}
+            "legend": "link utilisation over the whole run, up (towards the CPU; CPU0 to "
+                      "CPU1) / down: share of the link's time carrying a beat, from the "
+                      "start until the last copy is done (a copy that ends early leaves "
+                      "its links idle for the rest)"}
 
 
 def analyse(cfg, exp, runs, results, simulator):
@@ -480,7 +482,8 @@ def analyse(cfg, exp, runs, results, simulator):
 
 
 _MECHANISM = (
-    "Why one pair reaches about 80 % of 32 GB/s: a Gen4 x16 link moves 32 B per ns of "
+    "Why one pair reaches about 80 % of 32 GB/s with 128 B writes or completions, and "
+    "65 % with 64 B writes: a Gen4 x16 link moves 32 B per ns of "
     "symbols, 128b/130b encoding leaves 64 cycles in 65 for data, and a SKP ordered set "
     "every 372 blocks takes a little more (31.4 GB/s). The model's transmit datapath starts "
     "one TLP per 32 B beat, with the framing, sequence number, 4 DW header and LCRC (24 B) "
@@ -509,7 +512,8 @@ _MECHANISM = (
 
 #: The note on the RTX 4090 rows of the experiments through host memory.
 _RTX4090 = (
-    "Rows marked RTX 4090 machine stand the same runs against the seed's second "
+    "Unmarked rows stand against the seed's A800 machine (Machine 1 of its section 3); rows "
+    "marked RTX 4090 machine stand the same runs against the seed's second "
     "machine: eight RTX 4090, which have no peer access, on a two-socket Xeon Platinum "
     "8352S host with the same PCIe 4.0 x16 layout as the A800 machine (the seed's "
     "section 3). Through host memory the GPUs' copy engines only write and read pinned "
@@ -650,5 +654,12 @@ EXPERIMENTS = {e.name: e for e in (
                       "Every byte still arrives, checked at the destination; the rows show "
                       "the bandwidth the fault costs (no seed numbers: for information). "
                       "The slow link's symbol rate falls with its width and rate, and its "
-                      "framing, DLLPs and SKP ordered sets take proportionally more of it.",)),
+                      "framing, DLLPs and SKP ordered sets take proportionally more of it.",
+                      "The fitted fixed costs (α) differ by several ns from fault to fault, "
+                      "and not in the order of the link speeds: x8 and Gen3 have the same "
+                      "symbol rate, slopes within 0.1 % and elapsed times within 8 cycles "
+                      "of each other at every size (of up to 21,000), yet their α differ by "
+                      "9 ns: a difference of "
+                      "a few cycles at the sizes moves the line's intercept by as much. "
+                      "Only the bandwidths are compared.")),
 )}
