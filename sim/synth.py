@@ -261,7 +261,7 @@ def _pcie_switch(cfg):
 
     from hdl.pcie.switch import Crossbar
     gps = cfg.gpus_per_switch
-    return Crossbar(cfg, ports=gps + 1, out_credits=cfg.tx_queue_beats,
+    return Crossbar(cfg, ports=gps + 1, out_credits=cfg.tx_queue_beats, store_forward=True,
                     port_of=lambda dst: Mux(dst < gps, dst[:3], gps))
 
 

@@ -92,6 +92,13 @@ CASES = [
     ("pcie-retrained-width-of-no-gpu", ["run", "pcie.peer_copy", "--set", "retrained_lanes=4"],
      "retrained_lanes needs retrained_gpu set to a GPU from 0 to 7 (it is -1: no link "
      "retrained), else it has no effect; not 4 alone"),
+    ("pcie-store-and-forward-buffer-short-of-a-tlp",
+     ["run", "pcie.peer_copy", "--set", "retrained_gpu=0", "--set", "retrained_lanes=4",
+      "--set", "max_payload_bytes=4096", "--set", "switch_buffer_beats=128",
+      "--set", "switch_latency_cycles=0", "--set", "socket_latency_cycles=0"],
+     "switch_buffer_beats must be at least a whole TLP (129 beats of max_payload_bytes and "
+     "its header) while retrained_gpu's link is slower than the others: its switch port "
+     "stores and forwards, not 128"),
     ("pcie-retrained-wider-than-the-others", ["run", "pcie.peer_copy", "--set", "lanes=4",
                                               "--set", "retrained_gpu=0", "--set",
                                               "retrained_lanes=16"],

@@ -73,20 +73,33 @@ def test_a_retrained_link_trains_no_higher_than_the_others(fields, message):
                                    } | {"lanes": 16, "generation": 4})
 
 
+_CROSS = "two_pairs_cross_"
+
+
 @pytest.mark.parametrize("fields,expected", [
-    ({}, {"as_trained": None, "gpu0_x8": (8, 4), "gpu0_x4": (4, 4), "gpu0_gen3": (16, 3)}),
+    ({}, {"as_trained": None, "gpu0_x8": (8, 4), "gpu0_x4": (4, 4), "gpu0_gen3": (16, 3),
+          _CROSS + "as_trained": None, _CROSS + "gpu0_x4": (4, 4)}),
     ({"lanes": 8}, {"as_trained": None, "gpu0_x4": (4, 4), "gpu0_x2": (2, 4),
-                    "gpu0_gen3": (8, 3)}),
-    ({"generation": 3}, {"as_trained": None, "gpu0_x8": (8, 3), "gpu0_x4": (4, 3)}),
-    ({"lanes": 2}, {"as_trained": None, "gpu0_x1": (1, 4), "gpu0_gen3": (2, 3)}),
-    ({"lanes": 1}, {"as_trained": None, "gpu0_gen3": (1, 3)}),
+                    "gpu0_gen3": (8, 3), _CROSS + "as_trained": None, _CROSS + "gpu0_x2": (2, 4)}),
+    ({"generation": 3}, {"as_trained": None, "gpu0_x8": (8, 3), "gpu0_x4": (4, 3),
+                         _CROSS + "as_trained": None, _CROSS + "gpu0_x4": (4, 3)}),
+    ({"lanes": 2}, {"as_trained": None, "gpu0_x1": (1, 4), "gpu0_gen3": (2, 3),
+                    _CROSS + "as_trained": None, _CROSS + "gpu0_x1": (1, 4)}),
+    ({"lanes": 1}, {"as_trained": None, "gpu0_gen3": (1, 3),
+                    _CROSS + "as_trained": None, _CROSS + "gpu0_gen3": (1, 3)}),
+    ({"lanes": 1, "generation": 3}, {"as_trained": None}),
+    ({"sockets": 1}, {"as_trained": None, "gpu0_x8": (8, 4), "gpu0_x4": (4, 4),
+                      "gpu0_gen3": (16, 3)}),
     ({"generation": 5, "datapath_bytes": 64},
-     {"as_trained": None, "gpu0_x8": (8, 5), "gpu0_x4": (4, 5), "gpu0_gen4": (16, 4)}),
+     {"as_trained": None, "gpu0_x8": (8, 5), "gpu0_x4": (4, 5), "gpu0_gen4": (16, 4),
+      _CROSS + "as_trained": None, _CROSS + "gpu0_x4": (4, 5)}),
 ])
 def test_the_link_faults_retrain_below_the_configured_links(fields, expected):
     """link_faults retrains GPU 0's link to half and a quarter of the
     configured lanes and one generation below the configured one: never to a
-    link as wide or as fast as the others, whatever they are."""
+    link as wide or as fast as the others, whatever they are; with two
+    sockets, two pairs cross the socket link as trained and with GPU 0's
+    slowest retrained link."""
     cfg = PcieConfig(**fields)
     got = {}
     for run in pcie.build_runs(cfg, pcie.EXPERIMENTS["link_faults"]):
@@ -101,8 +114,9 @@ def test_the_link_faults_retrain_below_the_configured_links(fields, expected):
         assert retrain & 0xFF == (1 if s else 0)
         if s:
             assert (retrain >> 8) & 0xFF == s["retrained_lanes"] * gt // 8
+        like = "two_pairs_cross" if scenario.startswith(_CROSS) else "pair_same"
         assert entry["source"].endswith(
-            f"Gen{cfg.generation} x{cfg.lanes}, as peer_copy pair_same" if not s else
+            f"Gen{cfg.generation} x{cfg.lanes}, as peer_copy {like}" if not s else
             f"Gen{s['retrained_generation']} x{s['retrained_lanes']}")
     assert got == expected
 
@@ -532,6 +546,21 @@ def test_a_retrained_link_costs_bandwidth_in_proportion_and_loses_nothing(experi
     assert 0.4 < gbps["gpu0_x8"] / full < 0.6
     assert 0.2 < gbps["gpu0_x4"] / full < 0.3
     assert 0.4 < gbps["gpu0_gen3"] / full < 0.6
+
+
+def test_a_slow_link_leaves_the_healthy_pair_what_it_does_not_use(experiment_result):
+    """Two pairs cross the socket link, GPU 0's at x4: GPU 0's switch port
+    stores and forwards, so its TLPs never hold the switch's upstream port
+    while they trickle in, and GPU 1's pair takes what GPU 0's leaves of the
+    socket link (cutting through, GPU 1's fell to GPU 0's rate)."""
+    gbps = {r["quantity"].split(" (")[0]: r["model"]
+            for r in experiment_result("link_faults")["rows"]}
+    fair = gbps["two_pairs_cross_as_trained: [1,5]"]
+    slow, healthy = (gbps[f"two_pairs_cross_gpu0_x4: [{p}]"] for p in ("0,4", "1,5"))
+    assert slow < 0.3 * gbps["as_trained: [0,1]"]
+    assert healthy > 1.2 * fair
+    # the socket link stays full
+    assert slow + healthy > 0.98 * (fair + gbps["two_pairs_cross_as_trained: [0,4]"])
 
 
 def test_topology_shows_every_link(experiment_result):

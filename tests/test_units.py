@@ -229,6 +229,51 @@ def test_credit_switch_delivers_every_flit_once_under_back_pressure(voq):
     assert sorted(got) == want
 
 
+@pytest.mark.parametrize("store_forward", [False, True])
+def test_a_store_and_forward_input_never_holds_an_output_for_a_slow_packet(store_forward):
+    """Input 0 trickles a 4-flit packet in, a flit every 5 cycles (a slow
+    link); input 1 brings one back to back just after.  Cutting through,
+    input 0's head takes the output first and holds it, idle, until its last
+    flit; storing and forwarding (its ``i_store_forward`` bit), input 0
+    offers the packet only once it is whole, so input 1's goes first, and
+    each leaves back to back."""
+    from hdl.common.switch import CreditSwitch
+    layout = make_flit_layout(DsmConfig())
+    dut = CreditSwitch(flit_layout=layout, n_in=2, n_out=1, depth=8, out_credits=8,
+                       route=lambda m, flit, i: 0, packets=True, store_forward=True)
+    arrivals = {0: [5 * k for k in range(4)], 1: [2, 3, 4, 5]}
+    out = []
+
+    async def bench(ctx):
+        ctx.set(dut.i_store_forward, int(store_forward))
+        for cycle in range(60):
+            for i, times in arrivals.items():
+                k = times.index(cycle) if cycle in times else None
+                ctx.set(dut.i[i].valid, k is not None)
+                ctx.set(dut.i[i].flit.src, i)
+                ctx.set(dut.i[i].flit.addr, k or 0)
+                ctx.set(dut.i[i].flit.last, k == 3)
+            ctx.set(dut.o[0].credit, ctx.get(dut.o[0].valid) << ctx.get(dut.o[0].flit.vc))
+            await ctx.tick()
+            if ctx.get(dut.o[0].valid):
+                out.append((cycle, ctx.get(dut.o[0].flit.src), ctx.get(dut.o[0].flit.addr)))
+            assert not ctx.get(dut.o_overflow)
+
+    _run(dut, bench)
+    order = [(src, addr) for _, src, addr in out]
+    first, second = (1, 0) if store_forward else (0, 1)
+    assert order == [(first, k) for k in range(4)] + [(second, k) for k in range(4)]
+    gaps = [b - a for (a, *_), (b, *_) in zip(out, out[1:])]
+    if store_forward:
+        assert gaps[:3] == gaps[4:] == [1, 1, 1]  # each packet back to back
+        assert out[3][0] < arrivals[0][-1]        # input 1's gone before input 0's is in
+    else:
+        assert max(gaps[:3]) == 5                 # input 0's flits as they trickle in
+    with pytest.raises(ValueError, match="store_forward needs packets=True"):
+        CreditSwitch(flit_layout=layout, n_in=2, n_out=1, depth=8, out_credits=8,
+                     route=lambda m, flit, i: 0, store_forward=True)
+
+
 @pytest.mark.parametrize("voq", [False, True])
 def test_credit_switch_snapshot_names_full_buffers_dry_outputs_and_waits(voq):
     """An output whose receiver never returns a credit (a planted fault) stalls

@@ -58,6 +58,13 @@ class CreditSwitch(wiring.Component):
         ``last`` is 0, it grants only that (input, VC) queue until the flit
         with ``last`` set has gone, so packets never interleave on an output
         (a PCIe TLP, say).  Default: per-flit arbitration.
+    store_forward : bool
+        With ``packets`` and FIFO inputs: the port ``i_store_forward`` (one
+        bit per input) makes that input store and forward, offering a
+        packet's head only once its ``last`` flit is in the buffer, so a
+        packet arriving slowly (from a link slower than the output) never
+        holds an output while its flits trickle in.  The buffer must then
+        hold a whole packet (``depth`` at least the longest packet's flits).
 
     Members
     -------
@@ -85,18 +92,24 @@ class CreditSwitch(wiring.Component):
         ``o_no_credit`` this is the switch's part of a stall snapshot.
     o_overflow : Out(1)
         Sticky: some input buffer overflowed (credit protocol broken).
+    i_store_forward : In(n_in)
+        Only with ``store_forward``: bit ``i`` makes input ``i`` store and
+        forward whole packets.
 
     Raises
     ------
     ValueError
-        If a port count, depth or credit count is not a positive integer.
+        If a port count, depth or credit count is not a positive integer, or
+        ``store_forward`` is asked for without ``packets`` or with ``voq``.
     """
 
     def __init__(self, *, flit_layout, n_in, n_out, route, depth, out_credits, n_vc=2,
-                 voq=False, packets=False):
+                 voq=False, packets=False, store_forward=False):
         for name, value in (("n_in", n_in), ("n_out", n_out)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, not {value!r}")
+        if store_forward and (voq or not packets):
+            raise ValueError("store_forward needs packets=True and FIFO inputs (voq=False)")
 
         def per_port(name, value, n):
             values = (value,) * n if not isinstance(value, (tuple, list)) else tuple(value)
@@ -115,6 +128,7 @@ class CreditSwitch(wiring.Component):
         self.out_credits = out_credits
         self.voq = voq
         self.packets = packets
+        self.store_forward = store_forward
         link = CreditLink(flit_layout, n_vc)
         super().__init__({
             "i": In(link).array(n_in),
@@ -126,6 +140,7 @@ class CreditSwitch(wiring.Component):
             "o_credits_away": Out(n_out * n_vc),
             "o_wants": Out(n_out * n_vc).array(n_in),
             "o_overflow": Out(1),
+            **({"i_store_forward": In(n_in)} if store_forward else {}),
         })
 
     def elaborate(self, platform):
@@ -185,8 +200,27 @@ class CreditSwitch(wiring.Component):
                 dest = Signal(range(max(self.n_out, 2)), name=f"dest_{i}_{v}")
                 m.d.comb += dest.eq(self.route(m, buf.o[v].payload, i))
                 m.d.comb += self.o_occupied[i * self.n_vc + v].eq(buf.o_occupied[v])
-                heads.append((buf.o[v], dest, v, i))
+                head = buf.o[v]
+                if self.store_forward:
+                    head = self._whole_packets(m, buf, i, v)
+                heads.append((head, dest, v, i))
         return heads, overflow
+
+    def _whole_packets(self, m, buf, i, v):
+        """Input ``i``'s VC ``v`` head, offered (while ``i_store_forward[i]``)
+        only once the buffer holds the packet's ``last`` flit: a count of
+        the ``last`` flits in the queue, up when one is written, down when
+        one leaves."""
+        link, queue = self.i[i], buf.o[v]
+        lasts = Signal(range(self.depths[i] + 1), name=f"lasts_{i}_{v}")
+        came = link.valid & (link.flit.vc == v) & link.flit.last
+        went = queue.valid & queue.ready & queue.payload.last
+        m.d.sync += lasts.eq(lasts + came - went)
+        head = stream.Signature(self.flit_layout).create(path=(f"whole{i}_{v}",))
+        m.d.comb += [head.payload.eq(queue.payload),
+                     head.valid.eq(queue.valid & (~self.i_store_forward[i] | (lasts != 0))),
+                     queue.ready.eq(head.ready)]
+        return head
 
     def _outputs(self, m, heads):
         pop_terms = [[] for _ in heads]

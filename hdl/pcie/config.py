@@ -232,6 +232,13 @@ class PcieConfig(ConfigBase):
         need("switch_buffer_beats", self.switch_buffer_beats >= loop,
              f"at least switch_latency_cycles + socket_latency_cycles + 16 ({loop}), to "
              "cover the credit loop into a root complex")
+        # a slower retrained link's switch port stores and forwards whole TLPs
+        tlp_beats = 1 + self.max_payload_bytes // self.datapath_bytes
+        need("switch_buffer_beats", not self.retrained_slower
+             or self.switch_buffer_beats >= tlp_beats,
+             f"at least a whole TLP ({tlp_beats} beats of max_payload_bytes and its header) "
+             "while retrained_gpu's link is slower than the others: its switch port stores "
+             "and forwards")
         need("rx_data_credits",
              self.rx_data_credits * 16 >= self.max_payload_bytes,
              f"enough for one max_payload_bytes TLP ({self.max_payload_bytes // 16} or more)")
@@ -289,3 +296,11 @@ class PcieConfig(ConfigBase):
     def link_bytes_per_cycle(self):
         """Symbol bytes a link moves per 1 GHz cycle before 128b/130b (lanes x GT/s / 8)."""
         return self.lanes * GT_PER_S[self.generation] // 8
+
+    @property
+    def retrained_slower(self):
+        """True when ``retrained_gpu`` names a GPU whose link moves fewer
+        symbol bytes per cycle than the others: its switch port stores and
+        forwards whole TLPs."""
+        return (self.retrained_gpu >= 0 and self.retrained_lanes
+                * GT_PER_S[self.retrained_generation] // 8 < self.link_bytes_per_cycle)

@@ -84,6 +84,12 @@ class Crossbar(wiring.Component):
         ``port_of(dst) -> Value``: output port of a TLP for node ``dst`` (4 bits).
     out_credits : int
         Beats per class the next stage takes at each output.
+    store_forward : bool
+        Give the inputs ``i_store_forward``: a set bit makes that input
+        store and forward whole TLPs (a PCIe switch does so from a port whose
+        link trained slower than the one it forwards to, so that a TLP never
+        holds the faster output while it trickles in); the others cut
+        through.  ``switch_buffer_beats`` must then hold a whole TLP.
 
     Members
     -------
@@ -91,6 +97,9 @@ class Crossbar(wiring.Component):
     o : Out(CreditLink(tlp_layout(cfg), 3)).array(ports)
     i_latency : In(8)
         Cycles every TLP beat spends crossing (``switch_latency_cycles``).
+    i_store_forward : In(ports)
+        Only with ``store_forward``: bit ``port`` makes that input store and
+        forward.
     o_occupied, o_no_credit : Out(ports * 3)
         Bit ``port * 3 + class``: that input buffer holds a beat; that output
         holds no credit (the stall snapshot of
@@ -105,17 +114,19 @@ class Crossbar(wiring.Component):
         Sticky: a buffer overflowed.
     """
 
-    def __init__(self, cfg, *, ports, port_of, out_credits):
+    def __init__(self, cfg, *, ports, port_of, out_credits, store_forward=False):
         self.cfg = cfg
         self.ports = ports
         self.port_of = port_of
         self.out_credits = out_credits
+        self.store_forward = store_forward
         link = CreditLink(tlp_layout(cfg), N_FC)
         super().__init__({"i": In(link).array(ports), "o": Out(link).array(ports),
                           "i_latency": In(8), "o_overflow": Out(1),
                           "o_occupied": Out(ports * N_FC), "o_no_credit": Out(ports * N_FC),
                           "o_wants": Out(ports * N_FC).array(ports),
-                          "o_credits_away": Out(ports * N_FC)})
+                          "o_credits_away": Out(ports * N_FC),
+                          **({"i_store_forward": In(ports)} if store_forward else {})})
 
     @property
     def in_credits(self):
@@ -129,8 +140,11 @@ class Crossbar(wiring.Component):
         depth = cfg.switch_buffer_beats
         core = CreditSwitch(flit_layout=layout, n_in=self.ports, n_out=self.ports,
                             route=lambda m, flit, i: self.port_of(flit.dst), depth=depth,
-                            out_credits=self.out_credits, n_vc=N_FC, packets=True)
+                            out_credits=self.out_credits, n_vc=N_FC, packets=True,
+                            store_forward=self.store_forward)
         m.submodules.core = core
+        if self.store_forward:
+            m.d.comb += core.i_store_forward.eq(self.i_store_forward)
         m.d.comb += [self.o_occupied.eq(core.o_occupied), self.o_no_credit.eq(core.o_no_credit),
                      self.o_credits_away.eq(core.o_credits_away)]
         m.d.comb += [self.o_wants[p].eq(core.o_wants[p]) for p in range(self.ports)]

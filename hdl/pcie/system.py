@@ -50,7 +50,9 @@ class SysReg(enum.IntEnum):
     CHUNK_LOG2 = 12        #: log2 of staging_chunk_bytes
     EVENT_CYCLES = 13      #: host_event_cycles
     RETRAIN = 14           #: retrained_gpu + 1 (0: none) | lane bytes << 8 | blocks per
-                           #: period << 16 | SKP cycles << 24, of the retrained link
+                           #: period << 16 | SKP cycles << 24, of the retrained link,
+                           #: | 1 << 31 when it is slower than the others (its
+                           #: switch port then stores and forwards)
     SOCKET_READ_BYTES = 15  #: socket_read_bytes
     SOCKET_RETURN = 16     #: socket_return_bytes
 
@@ -77,7 +79,7 @@ def system_registers(cfg):
 def _retrain_word(cfg):
     gt = GT_PER_S[cfg.retrained_generation]
     return ((cfg.retrained_gpu + 1) | (cfg.retrained_lanes * gt // 8) << 8
-            | (gt // 2) << 16 | (128 // gt) << 24)
+            | (gt // 2) << 16 | (128 // gt) << 24 | cfg.retrained_slower << 31)
 
 
 #: Per-GPU counters, in address order.
@@ -230,11 +232,14 @@ class PcieSystem(wiring.Component):
         switches = []
         for s in range(cfg.switches):
             first = s * gps
-            sw = Crossbar(cfg, ports=gps + 1, out_credits=tx_depth,
+            sw = Crossbar(cfg, ports=gps + 1, out_credits=tx_depth, store_forward=True,
                           port_of=lambda dst, first=first: Mux(
                               (dst >= first) & (dst < first + gps), (dst - first)[:3], gps))
             m.submodules[f"switch{s}"] = sw
             m.d.comb += sw.i_latency.eq(regs[SysReg.SWITCH_LATENCY])
+            # the port of a GPU whose link trained slower stores and forwards
+            m.d.comb += [sw.i_store_forward[p].eq(retrain[31] & (retrain[:5] == first + p + 1))
+                         for p in range(gps)]
             overflow.append(sw.o_overflow)
             switches.append(sw)
         # root complexes: ports 0..sps-1 down to switches, port sps to the other

@@ -583,21 +583,37 @@ def _link_faults(cfg):
     link Gen ``cfg.generation`` x ``cfg.lanes``) and retrained three ways
     below it: half and a quarter of the lanes, and one generation lower, each
     where the configuration allows it (``gpu0_x8``, ``gpu0_x4`` and
-    ``gpu0_gen3`` at the default Gen4 x16)."""
-    def entry(lanes, generation, source):
-        return {"pairs": [[0, 1]], "values": [None], "unit": "GB/s",
+    ``gpu0_gen3`` at the default Gen4 x16).  With two sockets, also two
+    pairs crossing the socket link together, GPUs 0 and 1 to the first two
+    of the other socket (peer_copy's two_pairs_cross), as trained and with
+    GPU 0's link at the narrowest of those (``two_pairs_cross_as_trained``,
+    ``two_pairs_cross_gpu0_x4``): the healthy pair must not lose bandwidth
+    to the slow one."""
+    def entry(lanes, generation, source, pairs=((0, 1),), like="pair_same"):
+        return {"pairs": [list(p) for p in pairs], "values": [None] * len(pairs),
+                "unit": "GB/s",
                 "set": {"retrained_gpu": 0, "retrained_lanes": lanes,
                         "retrained_generation": generation} if source else {},
                 "source": f"not in the seed: {source or 'every link'} Gen{generation} x{lanes}"
-                          + ("" if source else ", as peer_copy pair_same")}
+                          + ("" if source else f", as peer_copy {like}")}
 
     gen, lanes = cfg.generation, cfg.lanes
     out = {"as_trained": entry(lanes, gen, None)}
+    slow = []
     for fewer in (lanes // 2, lanes // 4):
         if fewer >= 1:
             out[f"gpu0_x{fewer}"] = entry(fewer, gen, "GPU 0's link trained at")
+            slow = [f"x{fewer}", fewer, gen]
     if gen - 1 in GT_PER_S:
         out[f"gpu0_gen{gen - 1}"] = entry(lanes, gen - 1, "GPU 0's link trained at")
+        slow = slow or [f"gen{gen - 1}", lanes, gen - 1]
+    half = cfg.gpus // 2
+    if cfg.sockets == 2 and half >= 2 and slow:
+        pairs = ((0, half), (1, half + 1))
+        out["two_pairs_cross_as_trained"] = entry(lanes, gen, None, pairs, "two_pairs_cross")
+        name, fewer, generation = slow
+        out[f"two_pairs_cross_gpu0_{name}"] = entry(fewer, generation,
+                                                    "GPU 0's link trained at", pairs)
     return out
 
 EXPERIMENTS = {e.name: e for e in (
@@ -655,6 +671,12 @@ EXPERIMENTS = {e.name: e for e in (
                       "the bandwidth the fault costs (no seed numbers: for information). "
                       "The slow link's symbol rate falls with its width and rate, and its "
                       "framing, DLLPs and SKP ordered sets take proportionally more of it.",
+                      "With two pairs crossing the socket link (GPU 0 to the other socket's "
+                      "first GPU, GPU 1 to its second), the healthy pair takes what the slow "
+                      "one leaves of that link. GPU 0's switch port stores and forwards each "
+                      "TLP, as a PCIe switch does from a port slower than the one it forwards "
+                      "to; cutting through, a TLP from the slow link would hold the switch's "
+                      "upstream port while it trickled in, and slow the healthy pair too.",
                       "The fitted fixed costs (α) differ by several ns from fault to fault, "
                       "and not in the order of the link speeds: x8 and Gen3 have the same "
                       "symbol rate, slopes within 0.1 % and elapsed times within 8 cycles "
