@@ -277,7 +277,8 @@ class ExperimentResult:
 
     @property
     def rows_met_text(self) -> str:
-        """``"met / checked"``, plus the rows reported for information."""
+        """``"met / checked"``, plus the rows reported for information
+        (:func:`met_text`: ``"N for information"`` when no row has a target)."""
         return _rows_text(self.rows)
 
     @property

@@ -458,8 +458,10 @@ def _simulate(verilog: Path, toplevel: str, test_module: str, *, sim: str, waves
     results_xml = test_dir / "results.xml"
     sim_log = test_dir / "sim.log"
     waves_path = _waves_path(sim, toplevel, test_dir)
-    # A file left by an earlier run must never pass for this run's output.
-    for stale in (result_path, results_xml, test_dir / f"{toplevel}.fst", test_dir / f"{toplevel}.vcd"):
+    # A file left by an earlier run must never pass for this run's output,
+    # nor a note that the folder holds a reused result or another key's files.
+    for stale in (result_path, results_xml, test_dir / f"{toplevel}.fst",
+                  test_dir / f"{toplevel}.vcd", test_dir / "reused.txt", test_dir / "key.txt"):
         stale.unlink(missing_ok=True)
     try:
         json.dumps(plan)
@@ -697,26 +699,29 @@ def run_cocotb_cached(verilog: Path, toplevel: str, test_module: str, *,
     entry that cannot be read is ignored and replaced.  On a reuse
     ``test_dir`` gets the plan, the result and ``reused.txt`` naming the
     entry, and loses the files of any earlier run (log, xUnit report,
-    waveform) unless they are this result's: ``key.txt``, written by every
-    simulation that ends (``waves`` included), names the key they came from.
+    waveform) unless they are this result's: ``key.txt``, written under the
+    folder's lock by every simulation here that ends (``waves`` included)
+    and removed as any simulation of the folder starts, names the key they
+    came from.
 
     Raises
     ------
     Whatever :func:`run_cocotb` and :func:`simulation_key` raise.
     """
     check_simulator(sim)
-    key = simulation_key(verilog, toplevel, test_module, sim=sim, plan=plan,
-                         internal_signals=internal_signals)
     test_dir = Path(test_dir).resolve()
     key_path = test_dir / "key.txt"
     if cache_dir is None or waves:
-        for stale in (key_path, test_dir / "reused.txt"):
-            stale.unlink(missing_ok=True)
-        result = run_cocotb(verilog, toplevel, test_module, sim=sim, waves=waves, plan=plan,
-                            test_dir=test_dir, timeout_s=timeout_s,
-                            internal_signals=internal_signals)
-        write_atomically(key_path, key + "\n")
+        with _run_folder(test_dir):
+            result = _simulate(verilog, toplevel, test_module, sim=sim, waves=waves,
+                               plan=plan, test_dir=test_dir, timeout_s=timeout_s,
+                               internal_signals=internal_signals)
+            write_atomically(key_path, simulation_key(
+                verilog, toplevel, test_module, sim=sim, plan=plan,
+                internal_signals=internal_signals) + "\n")
         return result, False
+    key = simulation_key(verilog, toplevel, test_module, sim=sim, plan=plan,
+                         internal_signals=internal_signals)
     entry = Path(cache_dir) / f"{key}.json"
     with _run_folder(test_dir):
         # Read under the lock: a run that waited finds what the one before stored.
@@ -740,8 +745,6 @@ def run_cocotb_cached(verilog: Path, toplevel: str, test_module: str, *,
             _write_json_atomically(test_dir / "result.json", stored["result"])
             write_atomically(test_dir / "reused.txt", f"simulation result reused from {entry}\n")
             return stored["result"], True
-        (test_dir / "reused.txt").unlink(missing_ok=True)
-        key_path.unlink(missing_ok=True)
         result = _simulate(verilog, toplevel, test_module, sim=sim, waves=False, plan=plan,
                            test_dir=test_dir, timeout_s=timeout_s,
                            internal_signals=internal_signals)

@@ -440,7 +440,9 @@ SMALL_TOPS = {
 #: far from routing either (measured: the five-port one after 4 minutes of
 #: ``router2`` with 39,085 wires still overused, the three-port one after 8
 #: minutes of ``router1`` with 34,833 arcs left), which would put
-#: ``make synth`` past 30 minutes on 2 cores.
+#: ``make synth`` past 30 minutes on 2 cores.  (These figures were measured
+#: before a GPU port could store and forward, which adds a counter and a
+#: gate per input queue and no memory.)
 SMALL_BLOCKS = {
     "shire_network": {"neighbourhoods": 2, "minions_per_neighbourhood": 2, "flit_bytes": 8},
     "sm_endpoint": {"smem_bytes": SMALL_TOPS["dsm"]["smem_bytes"]},

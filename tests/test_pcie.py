@@ -114,6 +114,9 @@ def test_the_link_faults_retrain_below_the_configured_links(fields, expected):
         assert retrain & 0xFF == (1 if s else 0)
         if s:
             assert (retrain >> 8) & 0xFF == s["retrained_lanes"] * gt // 8
+        # bit 31: GPU 0's switch port stores and forwards, its link being slower
+        assert retrain >> 31 == bool(s and s["retrained_lanes"] * gt // 8
+                                     < cfg.link_bytes_per_cycle)
         like = "two_pairs_cross" if scenario.startswith(_CROSS) else "pair_same"
         assert entry["source"].endswith(
             f"Gen{cfg.generation} x{cfg.lanes}, as peer_copy {like}" if not s else

@@ -231,44 +231,53 @@ def test_credit_switch_delivers_every_flit_once_under_back_pressure(voq):
 
 @pytest.mark.parametrize("store_forward", [False, True])
 def test_a_store_and_forward_input_never_holds_an_output_for_a_slow_packet(store_forward):
-    """Input 0 trickles a 4-flit packet in, a flit every 5 cycles (a slow
-    link); input 1 brings one back to back just after.  Cutting through,
-    input 0's head takes the output first and holds it, idle, until its last
-    flit; storing and forwarding (its ``i_store_forward`` bit), input 0
-    offers the packet only once it is whole, so input 1's goes first, and
-    each leaves back to back."""
+    """Input 0 trickles packets in as a slow link would (a 3-flit one, a
+    flit every 5 cycles; a 2-flit one; a 1-flit one on the other VC); input
+    1 brings a 4-flit one back to back just after the first began.  Storing
+    and forwarding (input 0's ``i_store_forward`` bit), no packet's head
+    leaves before its last flit is in, so input 1's goes first and every
+    packet leaves back to back; cutting through, input 0's first packet takes
+    the output first and holds it, idle, while its flits trickle in."""
     from hdl.common.switch import CreditSwitch
     layout = make_flit_layout(DsmConfig())
     dut = CreditSwitch(flit_layout=layout, n_in=2, n_out=1, depth=8, out_credits=8,
                        route=lambda m, flit, i: 0, packets=True, store_forward=True)
-    arrivals = {0: [5 * k for k in range(4)], 1: [2, 3, 4, 5]}
-    out = []
+    # (input, packet, VC, arrival cycle of each flit)
+    packets = [(0, 0, VC.REQ, (0, 5, 10)), (0, 1, VC.REQ, (12, 17)), (0, 2, VC.RSP, (14,)),
+               (1, 3, VC.REQ, (2, 3, 4, 5))]
+    arrivals = {(i, cycle): (p, k, len(times), vc) for i, p, vc, times in packets
+                for k, cycle in enumerate(times)}
+    out = {}
 
     async def bench(ctx):
         ctx.set(dut.i_store_forward, int(store_forward))
         for cycle in range(60):
-            for i, times in arrivals.items():
-                k = times.index(cycle) if cycle in times else None
-                ctx.set(dut.i[i].valid, k is not None)
-                ctx.set(dut.i[i].flit.src, i)
-                ctx.set(dut.i[i].flit.addr, k or 0)
-                ctx.set(dut.i[i].flit.last, k == 3)
+            for i in range(2):
+                flit = arrivals.get((i, cycle))
+                ctx.set(dut.i[i].valid, flit is not None)
+                if flit:
+                    p, k, n, vc = flit
+                    ctx.set(dut.i[i].flit.addr, 8 * p + k)
+                    ctx.set(dut.i[i].flit.vc, vc)
+                    ctx.set(dut.i[i].flit.last, k == n - 1)
             ctx.set(dut.o[0].credit, ctx.get(dut.o[0].valid) << ctx.get(dut.o[0].flit.vc))
             await ctx.tick()
             if ctx.get(dut.o[0].valid):
-                out.append((cycle, ctx.get(dut.o[0].flit.src), ctx.get(dut.o[0].flit.addr)))
+                out[divmod(ctx.get(dut.o[0].flit.addr), 8)] = cycle
             assert not ctx.get(dut.o_overflow)
 
     _run(dut, bench)
-    order = [(src, addr) for _, src, addr in out]
-    first, second = (1, 0) if store_forward else (0, 1)
-    assert order == [(first, k) for k in range(4)] + [(second, k) for k in range(4)]
-    gaps = [b - a for (a, *_), (b, *_) in zip(out, out[1:])]
+    assert sorted(out) == sorted((p, k) for _, p, _, times in packets for k in range(len(times)))
+    for i, p, _, times in packets:
+        sent = [out[p, k] for k in range(len(times))]
+        if store_forward or i == 1:
+            assert sent == list(range(sent[0], sent[0] + len(times)))   # back to back
+        if store_forward and i == 0:
+            assert sent[0] > times[-1]        # not before its last flit is in
     if store_forward:
-        assert gaps[:3] == gaps[4:] == [1, 1, 1]  # each packet back to back
-        assert out[3][0] < arrivals[0][-1]        # input 1's gone before input 0's is in
+        assert out[3, 3] < 10                 # input 1's packet went while packet 0 trickled
     else:
-        assert max(gaps[:3]) == 5                 # input 0's flits as they trickle in
+        assert out[0, 0] < 5 < 10 < out[0, 2] < out[3, 0]   # packet 0 held the output
     with pytest.raises(ValueError, match="store_forward needs packets=True"):
         CreditSwitch(flit_layout=layout, n_in=2, n_out=1, depth=8, out_credits=8,
                      route=lambda m, flit, i: 0, store_forward=True)

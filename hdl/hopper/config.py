@@ -148,10 +148,10 @@ class DsmConfig(ConfigBase):
         placement = tuple(self.placement)
         object.__setattr__(self, "placement", placement)
         if placement:
+            hint = (f"; set cluster_size={len(placement)} with it to place a cluster of "
+                    f"{len(placement)}" if 1 <= len(placement) <= 16 else "")
             need("placement", len(placement) == self.cluster_size,
-                 f"{self.cluster_size} slots (one per rank of cluster_size; set "
-                 f"cluster_size={len(placement)} with it to place a cluster of "
-                 f"{len(placement)})")
+                 f"{self.cluster_size} slots (one per rank of cluster_size{hint})")
             need("placement", all(isinstance(s, int) and 0 <= s < self.n_slots
                                   for s in placement), f"slots from 0 to {self.n_slots - 1}")
             need("placement", len(set(placement)) == len(placement),

@@ -102,7 +102,8 @@ class PcieConfig(ConfigBase):
                                "acknowledged (its replay buffer; not in the seed)")
     switch_buffer_beats: int = _hw(200, "beats per class a switch or root-complex input "
                                         "holds: enough to cover its latency (and the socket "
-                                        "link's) at full rate (not in the seed)")
+                                        "link's) at full rate, and a whole TLP where a slower "
+                                        "link's port stores and forwards (not in the seed)")
     skp_interval_blocks: int = _run(372, "128b/130b blocks between SKP ordered sets (PCIe Base "
                                          "Specification: 370 to 375)")
     # --- the link between the sockets (seed 001, "3.2.3": cross-socket peer copies

@@ -681,7 +681,7 @@ EXPERIMENTS = {e.name: e for e in (
                       "and not in the order of the link speeds: x8 and Gen3 have the same "
                       "symbol rate, slopes within 0.1 % and elapsed times within 8 cycles "
                       "of each other at every size (of up to 21,000), yet their α differ by "
-                      "9 ns: a difference of "
+                      "8 ns: a difference of "
                       "a few cycles at the sizes moves the line's intercept by as much. "
                       "Only the bandwidths are compared.")),
 )}
