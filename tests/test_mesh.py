@@ -312,6 +312,23 @@ def test_watchdog_names_the_waiting_minions(verilog, tmp_path):
     assert f"{mesh.minion_name(c)}.ready_from={1 << 10 | b:#x}" in str(info.value)
 
 
+def test_a_slow_what_if_gets_a_longer_run_limit():
+    """A small window, a slow mesh clock or a long router hop make a live run
+    slower; its cycle limit grows with them, so it is not cut off as still
+    moving (mesh_window_flits=1 with ack_flits=1 ran past the seed's limit
+    on 1 KB round trips)."""
+    base = MeshConfig()
+    runs = mesh.build_runs(CFG, mesh.EXPERIMENTS["three_speeds"])
+    limit = mesh.plan(CFG, runs)["run_cycles"]
+    assert mesh.slowdown_bound(base) == 1
+    assert mesh.slowdown_bound(MeshConfig(mesh_window_flits=1, ack_flits=1)) == 51
+    assert mesh.slowdown_bound(MeshConfig(send_window_flits=4)) == 13
+    assert mesh.slowdown_bound(MeshConfig(mesh_mhz=100.0, router_hop_mesh_cycles=8)) == 8
+    slow = dataclasses.replace(CFG, mesh_window_flits=1, ack_flits=1)
+    assert mesh.plan(slow, runs)["run_cycles"] - 2 * slow.watchdog_cycles == \
+        51 * (limit - 2 * CFG.watchdog_cycles)
+
+
 def test_bad_message_size_is_refused_before_any_build():
     with pytest.raises(ValueError, match="nregs must be an integer from 1 to 127"):
         mesh.build_run(CFG, "x", mesh.PingPong(0, 32, nregs=0), set(), {})

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import statistics
 from dataclasses import dataclass
 
 import numpy as np
 
-from hdl.etsoc.config import COMBINE_OPS, hops
+from hdl.etsoc.config import COMBINE_OPS, MeshConfig, hops
 from hdl.etsoc.engine import Couple, EngineReg, checksum, combine, register_word, tree_roles
 from hdl.etsoc.mesh import ALL_MINIONS, GLOBAL, Port, counter_names, mesh_registers
 from sim import stall
@@ -25,6 +26,7 @@ from sim.experiments import SetByExperiment, load_reference, miscounted_cycles, 
 from sim.fit import row_error_pct
 
 __all__ = ["ExperimentError", "EXPERIMENTS", "PingPong", "OneWay", "Cell", "Cells", "Tree",
+           "slowdown_bound",
            "Flows", "CreditPingPong", "Barrier", "Part", "reference", "build_config", "build_parts", "build_runs",
            "build_run", "plan", "analyse", "check_run", "minion_name", "expected_checksums",
            "pairs_runs", "sample_pairs", "broadcast_writes", "build_notes", "COMBINING_OPS"]
@@ -583,13 +585,38 @@ def build_runs(cfg, exp, part=None):
 
 
 def plan(cfg, runs):
-    """The JSON plan handed to ``testbenches.mesh``."""
+    """The JSON plan handed to ``testbenches.mesh``.
+
+    A run may take ``run_cycles`` minion cycles before it is called still
+    moving (a live run the watchdog cannot stop): twice ``watchdog_cycles``
+    plus 2,000 cycles per exchange of its longest program, the most any run
+    takes at the seed's settings, times :func:`slowdown_bound`."""
     longest = max((r["exchanges"] for r in runs), default=1)
     return {"counter_names": counter_names(cfg), "runs": runs,
             "clock_ps": {"clk": round(1e6 / cfg.minion_mhz), "mesh_clk": round(1e6 / cfg.mesh_mhz)},
             "init_cycles": 4 * cfg.registers * cfg.flits_per_register * 8 + 1000,
-            "run_cycles": 2 * cfg.watchdog_cycles + 2000 * longest,
+            "run_cycles": 2 * cfg.watchdog_cycles + 2000 * longest * slowdown_bound(cfg),
             "settle_cycles": cfg.watchdog_cycles}
+
+
+def slowdown_bound(cfg):
+    """An integer of at least 1 that a run's cycle limit is multiplied by
+    (a margin, never a result) for the settings that slow a stream most: a
+    window of ``w`` flits (``mesh_window_flits`` or ``send_window_flits``)
+    below the seed's 51 streams up to ``51 / w`` times slower, a mesh clock
+    slower against the minion clock than the seed's 400 to 600 MHz, or a
+    router hop longer than its 4 mesh cycles, in proportion.  Longer stage
+    latencies (``crossbar_cycles`` and the like, up to 255 each), narrower
+    flits or shallower buffers are not counted: a run they slow past its
+    limit says to raise ``watchdog_cycles``, which the limit grows with."""
+    seed = MeshConfig()
+    factor = 1
+    for window in (cfg.mesh_window_flits, cfg.send_window_flits):
+        if window:
+            factor = max(factor, math.ceil(seed.mesh_window_flits / window))
+    ratio = (cfg.minion_mhz / cfg.mesh_mhz) / (seed.minion_mhz / seed.mesh_mhz)
+    factor *= max(1, math.ceil(ratio - 1e-9))
+    return factor * max(1, math.ceil(cfg.router_hop_mesh_cycles / seed.router_hop_mesh_cycles))
 
 
 def stall_blocks(cfg):
