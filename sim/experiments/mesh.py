@@ -1533,10 +1533,11 @@ def _ring_chip_runs(cfg):
 def _bytes_per_cycle(cfg, run, got, names=None):
     """Aggregate message bytes per minion cycle of one :class:`Flows` run (of
     the minions ``names`` only, when given): each receiver's ``exchanges - 1``
-    messages between its first and last completion."""
+    messages between its first and last completion.  The receivers are
+    summed in name order, so the float sum is the same on every run."""
     c = got["counters"]
     total = 0.0
-    for name in names or {k.rsplit(".", 1)[0] for k in run["read"]}:
+    for name in names or sorted({k.rsplit(".", 1)[0] for k in run["read"]}):
         if c.get(f"{name}.rx_msgs"):
             span = c[f"{name}.last_rx"] - c[f"{name}.first_rx"]
             n = c[f"{name}.rx_msgs"]
