@@ -984,13 +984,18 @@ def _cmd_run(args):
                     for future in finished:
                         job = futures[future]
                         data, n_runs, seconds, reused, error = future.result()
+                        out = results_dir / job.fabric / f"{job.name}.json"
                         if error is not None:
                             # Tool output (make's "*** [file:line: target]") is not markup.
                             console.log(f"[red]{job.fabric}.{job.name} failed:[/red] "
                                         f"{escape(str(error))}")
+                            if out.is_file():
+                                # the report would show it, with its own settings
+                                console.log(f"{job.fabric}.{job.name}: {escape(str(out))} is "
+                                            "an earlier run's result, left as it was; the "
+                                            "report shows that one")
                             failed = True
                             continue
-                        out = results_dir / job.fabric / f"{job.name}.json"
                         # the --set items, which the report marks as a what-if
                         write_json_atomically(out, {**data, "set": list(sets[job.fabric])})
                         if not reused:

@@ -532,6 +532,29 @@ def test_a_failure_message_that_looks_like_markup_is_printed_as_it_is(tmp_path, 
     assert "[/tmp/b/Vtop_hier.mk:32: hier_launch_verilator]" in " ".join(err.split()), err
 
 
+def test_a_failed_run_says_an_earlier_result_is_left_in_place(tmp_path, capsys, monkeypatch):
+    """A run that fails writes nothing; where the results folder holds the
+    experiment's result from an earlier run, the log says the report will
+    show that one."""
+    import concurrent.futures
+
+    import sim.cli
+    monkeypatch.setenv("COLUMNS", "400")
+    monkeypatch.setattr(sim.cli, "pool", lambda jobs: concurrent.futures.ThreadPoolExecutor(1))
+    monkeypatch.setattr(sim.cli, "generate", lambda *a: (tmp_path / "v.v", 0.0))
+    monkeypatch.setattr(sim.cli, "execute_or_error",
+                        lambda job, *args: (None, 0, 0, 0, "run 1 ended stuck"))
+    status, err = _run(tmp_path, capsys, ["run", "dsm.one_way"])
+    assert status == 1 and "earlier run's result" not in err
+    earlier = tmp_path / "results" / "dsm" / "one_way.json"
+    earlier.parent.mkdir(parents=True)
+    earlier.write_text("{}")
+    status, err = _run(tmp_path, capsys, ["run", "dsm.one_way"])
+    assert status == 1 and earlier.read_text() == "{}"
+    assert (f"dsm.one_way: {earlier} is an earlier run's result, left as it was; the report "
+            "shows that one") in " ".join(err.split())
+
+
 def test_piped_run_logs_its_progress(tmp_path, capsys, monkeypatch):
     """Output that is not a terminal gets no live status line: ``run`` logs
     its progress as lines instead (every PIPED_PROGRESS_SECONDS)."""
