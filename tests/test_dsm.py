@@ -198,8 +198,16 @@ def test_counters_read_after_the_data_check_must_have_settled(verilog, tmp_path)
     assert sum(k.endswith("credits_away") for k in settled) == (
         cfg.n_slots + len(dsm.stall_blocks(cfg))), settled
     # every flit counter read, and the TMA put's flits counted at every stage
-    assert len(flits) == cfg.n_slots + sum(n_out for _, _, n_out in switch_blocks(cfg))
-    assert settled["sm0.inj_flits"] == settled["tpcarb0.o0.flits"] > 16384 // 32
+    assert len(flits) == 2 * cfg.n_slots + sum(n_out for _, _, n_out in switch_blocks(cfg))
+    assert settled["sm0.tx_flits"] == settled["sm0.inj_flits"] == settled["tpcarb0.o0.flits"] \
+        > 16384 // 32
+    assert settled["sm1.tx_flits"] == settled["sm1.inj_flits"] > 0     # the ACKs back
+    lost = dict(result, settled={**settled, "sm1.tx_flits": settled["sm1.tx_flits"] + 1})
+    with pytest.raises(dsm.ExperimentError, match=rf"SM slot 1 handed its shaper "
+                                                  rf"{settled['sm1.tx_flits'] + 1} flits since "
+                                                  rf"reset, the shaper sent "
+                                                  rf"{settled['sm1.inj_flits']}$"):
+        dsm.check_run(cfg, lost)
     extra = dict(result, settled={**settled, "sm0.inj_flits": settled["sm0.inj_flits"] + 1})
     with pytest.raises(dsm.ExperimentError, match=rf"SM slot 0's shaper sent "
                                                   rf"{settled['sm0.inj_flits'] + 1} flits since "

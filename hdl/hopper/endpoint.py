@@ -269,7 +269,9 @@ class SmEndpoint(wiring.Component):
         Outstanding-transaction counters: reads awaiting data, written flits
         awaiting acknowledgement, acknowledgements this SM still owes.
     o_tx_flits : Out(32)
-        Flits generated this run.
+        Flits this SM handed to its injection shaper since reset, both VCs
+        (requests, data, read responses and ACKs; wraps at 2**32): at rest
+        it equals the shaper's own count of the flits it sent.
     o_overflow : Out(1)
         The arrival buffer overflowed (credit protocol broken).
     o_occupied : Out(2)
@@ -476,7 +478,6 @@ class SmEndpoint(wiring.Component):
                                          remaining.eq(Mux(remaining > gpf, remaining - gpf, 0)),
                                          local.eq(local + 1), remote.eq(remote + 1)]
         m.d.comb += self.o_busy.eq(Cat(*delays_busy).any())
-        tx_now = sum((p.i_valid & p.o_ready).as_unsigned() for p in pipes)
 
         m.submodules.req_merge = req_merge = StreamMerge(layout, N_STREAMS)
         for s, pipe in enumerate(pipes):
@@ -566,9 +567,8 @@ class SmEndpoint(wiring.Component):
 
         popcount = sum(got.mask[k].as_unsigned() for k in range(gpf))
         with m.If(self.ctl_init):
-            m.d.sync += [rx_granules.eq(0), outstanding.eq(0), unacked.eq(0), tx_flits.eq(0)]
+            m.d.sync += [rx_granules.eq(0), outstanding.eq(0), unacked.eq(0)]
         with m.Else():
-            m.d.sync += tx_flits.eq(tx_flits + tx_now)
             with m.If(is_data):
                 m.d.sync += rx_granules.eq(rx_granules + Mux(hit == Fault.DUPLICATE,
                                                              2 * popcount, popcount))
@@ -683,6 +683,9 @@ class SmEndpoint(wiring.Component):
                      self.o_req.valid.eq(req_queue.r_rdy),
                      self.o_req.payload.eq(req_queue.r_data),
                      req_queue.r_en.eq(self.o_req.ready)]
+        # every flit handed to the shaper, counted since reset
+        m.d.sync += tx_flits.eq(tx_flits + (self.o_req.valid & self.o_req.ready).as_unsigned()
+                                + (self.o_rsp.valid & self.o_rsp.ready).as_unsigned())
         m.d.comb += ack.i_idle.eq(~req_merge.o.valid & ~req_queue.r_rdy & ~resp.o.valid
                                   & ~bar_valid)
 
