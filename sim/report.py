@@ -406,8 +406,9 @@ def met_text(met: int, checked: int, total: int) -> str:
 def met_sentence(met: int, checked: int, total: int) -> str:
     """:func:`met_text` as a phrase: ``"5 / 8 rows met"``, or ``"6 rows for
     information"`` when no row has a target."""
-    text = met_text(met, checked, total)
-    return f"{text} rows met" if checked or not total else f"{total} rows for information"
+    if checked or not total:
+        return met_text(met, checked, total) + " rows met"
+    return f"{total} rows for information"
 
 
 def rows_met_text(raw_rows: Sequence[Mapping[str, Any]]) -> str:

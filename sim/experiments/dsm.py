@@ -238,7 +238,7 @@ _STAGES = ((None, "SM shapers"), ("tpcarb", "TPC arbiters"), ("ig", "GPCARB ingr
 def flits_conserved(cfg, settled):
     """Problems found comparing the flit counters read at rest, all counted
     since reset (so they must agree exactly, modulo their 2**32 wrap): the
-    flits each SM handed its shaper (``tx_flits``, where read) against those
+    flits each SM handed its shaper (``tx_flits``) against those
     the shaper sent (``inj_flits``), each SM's shaper against its TPC
     arbiter output, and the flits
     sent by all the SM shapers, TPC arbiters, GPCARB ingress blocks, GX
@@ -252,8 +252,8 @@ def flits_conserved(cfg, settled):
         return []
     problems = []
     for s in range(cfg.n_slots):
-        handed, sent = settled.get(f"sm{s}.tx_flits"), settled[f"sm{s}.inj_flits"]
-        if handed is not None and handed != sent:
+        handed, sent = settled[f"sm{s}.tx_flits"], settled[f"sm{s}.inj_flits"]
+        if handed != sent:
             problems.append(f"SM slot {s} handed its shaper {handed} flits since reset, the "
                             f"shaper sent {sent}")
         t = cpc_of(s, cfg) * cfg.tpcs_per_cpc + tpc_of(s, cfg)
