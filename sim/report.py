@@ -750,9 +750,11 @@ def load_results(results_dir: Path) -> list[ExperimentResult]:
 _ZERO = 1e-9
 
 
-def _fmt_number(value: float | None) -> str:
-    """Four significant figures, but never scientific notation for cycle counts;
-    a value within rounding noise of zero (a perfect fit's RMSE, 1e-14) is 0."""
+def format_number(value: float | None) -> str:
+    """A model or seed value as the report and the console show it: four
+    significant figures, but never scientific notation for cycle counts
+    (20,080, not 2.008e+04); a value within rounding noise of zero (a perfect
+    fit's RMSE, 1e-14) is 0; ``None`` (not measured) is a dash."""
     if value is None:
         return "—"
     if abs(value) < _ZERO:
@@ -773,17 +775,24 @@ def _fmt_flag(value: float | None) -> str:
     return "—" if value is None else ("yes" if value else "no")
 
 
+def format_value(value: float | None, unit: str) -> str:
+    """A row's model or seed value as the report shows it: yes or no for a
+    row of unit :data:`FLAG_UNIT`, else :func:`format_number`."""
+    return _fmt_flag(value) if unit == FLAG_UNIT else format_number(value)
+
+
 def _value_cells(row: ResultRow) -> list[str]:
     """A result row's model, seed, unit, error % and target cells: a yes/no
     row (unit :data:`FLAG_UNIT`) in words, without an error."""
     if row.unit == FLAG_UNIT:
-        return [_fmt_flag(row.model), _fmt_flag(row.reference), "yes / no", "—",
+        return [format_value(row.model, row.unit), format_value(row.reference, row.unit),
+                "yes / no", "—",
                 "yes" if row.target in ("1", "1 = yes") else _target_text(row)]
     if row.reference_range is not None:
         # no error % against a midpoint the seed never gave
-        return [_fmt_number(row.model), _fmt_range(row.reference_range), row.unit, "—",
+        return [format_number(row.model), format_range(row.reference_range), row.unit, "—",
                 _target_text(row)]
-    return [_fmt_number(row.model), _fmt_number(row.reference), row.unit, _error_cell(row),
+    return [format_number(row.model), format_number(row.reference), row.unit, _error_cell(row),
             _target_text(row)]
 
 
@@ -798,10 +807,12 @@ def _error_cell(row: ResultRow) -> str:
     return _fmt_error(row.error_pct)
 
 
-def _fmt_range(bounds: tuple[float, float]) -> str:
-    # "-1 to 1", not "-1–1"
+def format_range(bounds: tuple[float, float]) -> str:
+    """A seed's range ``(low, high)`` as the report and the console show it,
+    each bound as :func:`format_number`: "2.8–5", or "-1 to 1" where ``low``
+    is negative (not "-1–1")."""
     between = " to " if bounds[0] < 0 else "–"
-    return f"{_fmt_number(bounds[0])}{between}{_fmt_number(bounds[1])}"
+    return f"{format_number(bounds[0])}{between}{format_number(bounds[1])}"
 
 
 def _fmt_rmse(rmse_pct: float, points: int) -> str:
@@ -825,7 +836,7 @@ def _target_text(row: ResultRow) -> str:
     if row.target:
         return row.target
     if row.tolerance_pct is not None:
-        return f"within {_fmt_number(row.tolerance_pct)}%"
+        return f"within {format_number(row.tolerance_pct)}%"
     return "—"
 
 
@@ -869,7 +880,7 @@ def _render_hop_plot(result: ExperimentResult) -> bytes:
         color = marks.get_color()
         lo, hi = min(s.hops), max(s.hops)
         top.plot([lo, hi], [alpha + beta * lo, alpha + beta * hi], "-", color=color,
-                 label=f"{s.name}: {_fmt_number(alpha)} + {_fmt_number(beta)} x hops cycles")
+                 label=f"{s.name}: {format_number(alpha)} + {format_number(beta)} x hops cycles")
         _draw_seed_lines(top, s, s.hops, 1, color)
         bottom.plot(s.hops, s.hop_residuals, "o", color=color, alpha=0.5)
     bottom.axhline(0.0, color="0.4", linewidth=0.8)
@@ -1058,8 +1069,8 @@ def _render_plot(result: ExperimentResult) -> bytes:
             line,
             color=color,
             label=(
-                f"{s.name}: 1/β = {_fmt_number(s.fit.bytes_per_cycle)} B/cycle, "
-                f"α = {_fmt_number(s.fit.alpha_cycles)} cycles"
+                f"{s.name}: 1/β = {format_number(s.fit.bytes_per_cycle)} B/cycle, "
+                f"α = {format_number(s.fit.alpha_cycles)} cycles"
                 + (f", RMSE {_fmt_rmse(s.fit.rmse_pct, len(s.payload_bytes))}%"
                    if len(s.payload_bytes) > 2 else "")
             ),
@@ -1082,7 +1093,7 @@ def _render_plot(result: ExperimentResult) -> bytes:
         top.set_title(textwrap.fill(result.title, 90 if many else 60), fontsize="medium")
     top.set_ylabel("elapsed cycles")
     # 1,000,000 rather than 1.0 under a "1e6" at the top of the axis
-    top.yaxis.set_major_formatter(FuncFormatter(lambda value, _: _fmt_number(value)))
+    top.yaxis.set_major_formatter(FuncFormatter(lambda value, _: format_number(value)))
     if many:
         fig.legend(loc="outside right upper", fontsize="x-small")
     else:
@@ -1121,8 +1132,8 @@ def _experiment_section(result: ExperimentResult, results_dir: Path) -> list[str
     hop_fitted = [s for s in result.series if s.hop_fit is not None]
     if hop_fitted:
         lines += _md_table(["series", "points", "α (cycles)", "β (cycles/hop)", "worst residual (cycles)"],
-                           [[s.name, str(len(s.hops)), _fmt_number(s.hop_fit[0]), _fmt_number(s.hop_fit[1]),
-                             _fmt_number(max(abs(r) for r in s.hop_residuals))] for s in hop_fitted
+                           [[s.name, str(len(s.hops)), format_number(s.hop_fit[0]), format_number(s.hop_fit[1]),
+                             format_number(max(abs(r) for r in s.hop_residuals))] for s in hop_fitted
                             if s.hop_fit is not None])
         lines.append("")
 
@@ -1132,9 +1143,9 @@ def _experiment_section(result: ExperimentResult, results_dir: Path) -> list[str
             [
                 s.name,
                 str(len(s.payload_bytes)),
-                _fmt_number(s.fit.alpha_cycles),
-                _fmt_number(s.fit.beta_cycles_per_byte),
-                _fmt_number(s.fit.bytes_per_cycle),
+                format_number(s.fit.alpha_cycles),
+                format_number(s.fit.beta_cycles_per_byte),
+                format_number(s.fit.bytes_per_cycle),
                 _fmt_rmse(s.fit.rmse_pct, len(s.payload_bytes)),
             ]
             for s in fitted
@@ -1652,14 +1663,14 @@ def print_summary(results_dir: Path, *, console: Console | None = None) -> bool:
     missed = [(r, row) for r in results for row in r.rows if not row.passes]
     for r, row in missed:
         if row.reference_range is not None:
-            seed = f"{_fmt_range(row.reference_range)} {row.unit} (target {_target_text(row)})"
+            seed = f"{format_range(row.reference_range)} {row.unit} (target {_target_text(row)})"
         else:
             error = _error_cell(row)
-            seed = (f"{_fmt_number(row.reference)} {row.unit} "
+            seed = (f"{format_number(row.reference)} {row.unit} "
                     f"({error}{'' if error.endswith('pp') else '%'}, "
                     f"target {_target_text(row)})")
         detail = (f"{r.fabric}/{r.experiment}: {row.quantity} model "
-                  f"{_fmt_number(row.model)} vs seed {seed}")
+                  f"{format_number(row.model)} vs seed {seed}")
         console.print(
             f"[bold red]✗[/] {escape(detail)}",
             markup=True,

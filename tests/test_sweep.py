@@ -419,8 +419,8 @@ def test_waited_text_gives_minutes_and_seconds(monkeypatch):
 
 def test_a_sweep_table_names_its_row_and_shows_the_seed(tmp_path, capsys, monkeypatch):
     """The table printed at the end is titled with the sweep and the row it
-    followed, in full, and has the seed's value (a range as low-high) next to
-    the model's."""
+    followed, in full, and has the seed's value next to the model's, both as
+    the report shows them (a range as low–high)."""
     rows = [{"quantity": "pair_cross: [0,4] (cross socket)", "model": 18.29,
              "reference": 18.5, "reference_range": [17.0, 20.0], "unit": "GB/s",
              "minimum": 17.0, "maximum": 20.0}]
@@ -433,4 +433,32 @@ def test_a_sweep_table_names_its_row_and_shows_the_seed(tmp_path, capsys, monkey
                  "pcie.peer_copy", "--grid", "lanes=8,16", "--metric", "pair_cross"]) == 0
     out = capsys.readouterr().out
     assert "pcie.peer_copy: pair_cross: [0,4] (cross socket)" in " ".join(out.split())
-    assert "seed" in out and out.count("17.0-20.0") == 2 and out.count("yes") == 2
+    assert "seed" in out and out.count("17–20") == 2 and out.count("yes") == 2
+    assert out.count("18.29") == 2
+
+
+def test_a_sweep_table_gives_cycle_counts_as_the_report_does(tmp_path, capsys, monkeypatch):
+    """Tens of thousands of cycles read 20,080 in the console table, as in the
+    report, not 2.008e+04; a run that measured nothing reads as a dash; a
+    yes/no row reads yes or no."""
+    rows = [{"quantity": "elapsed", "model": 20080.0, "reference": 233.0, "unit": "cycles"},
+            {"quantity": "elapsed converges", "model": 0.0, "reference": 1.0,
+             "unit": "1 = yes"}]
+    outcomes = iter([({"rows": rows}, None), ({"rows": [dict(rows[0], model=None)] + rows[1:]},
+                                              None)])
+
+    def run_sweep(points, *args, **kwargs):
+        return [next(outcomes) for _ in points]
+
+    monkeypatch.setattr(sweep, "run_sweep", run_sweep)
+    assert main(["--results", str(tmp_path / "r"), "--build", str(tmp_path / "b"), "sweep",
+                 "pcie.peer_copy", "--grid", "lanes=8,16", "--metric", "elapsed"]) == 0
+    out = capsys.readouterr().out
+    assert "20,080" in out and "e+04" not in out and out.count("233") == 2 and "—" in out
+    outcomes = iter([({"rows": rows}, None)])
+    assert main(["--results", str(tmp_path / "r"), "--build", str(tmp_path / "b"), "sweep",
+                 "pcie.peer_copy", "--grid", "lanes=8", "--metric", "elapsed converges",
+                 "--tag", "flag"]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.lstrip("│ ").startswith("8 "))
+    assert [cell.strip() for cell in row.split("│")[2:4]] == ["no", "yes"], row
