@@ -175,6 +175,8 @@ def test_either_plane_off_delivers_every_byte(verilog, tmp_path):
     (Fault.DROP, "stuck after"),
     (Fault.LOSE_CREDIT, r"credits not home after the data check at eg\d\.out\d\.req \(a credit "
                         r"lost or returned twice on that link\)$"),
+    (Fault.MISFRAMED, r"^run fault: SM slot 1: frames = \d+ after the data check \(the write "
+                      r"commands it took in"),
 ])
 def test_checks_catch_every_fault(verilog, tmp_path, fault, message):
     cfg = DsmConfig()
@@ -182,6 +184,24 @@ def test_checks_catch_every_fault(verilog, tmp_path, fault, message):
     result = simulate(verilog, cfg, [run], tmp_path)[0]
     with pytest.raises(dsm.ExperimentError, match=message):
         dsm.check_run(cfg, result)
+
+
+@pytest.mark.parametrize("kind", ["store", "load"])
+def test_a_partial_flit_writes_only_its_granules(verilog, tmp_path, kind):
+    """A 16 B payload is half a 32 B flit: its other granule must keep the
+    fill's zero, which the post-run check reads; a write that enables every
+    granule (``Fault.FULL_MASK``) is named."""
+    cfg = DsmConfig()
+    runs = [dsm.build_run(cfg, [dsm.Stream(kind, 0, 1, 16)], "half"),
+            dsm.build_run(cfg, [dsm.Stream(kind, 0, 1, 16)], "full",
+                          fault=(0 if kind == "load" else 1, Fault.FULL_MASK))]
+    half, full = simulate(verilog, cfg, runs, tmp_path)
+    dsm.check_run(cfg, half)
+    into = 0 if kind == "load" else 1
+    with pytest.raises(dsm.ExperimentError,
+                       match=rf"^run full: SM slot {into}: 1 words corrupted or misplaced, first "
+                             rf"word \d+ of SM slot {into}"):
+        dsm.check_run(cfg, full)
 
 
 def test_counters_read_after_the_data_check_must_have_settled(verilog, tmp_path):

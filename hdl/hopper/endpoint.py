@@ -31,6 +31,8 @@ __all__ = ["Fault", "TrafficKind", "StreamReg", "CheckReg", "GlobalReg", "SmEndp
 N_STREAMS = 2   #: traffic streams an SM can issue at once (experiment C needs two)
 N_CHECKS = 2    #: inbound regions an SM checks (experiment C receives two payloads)
 GRANULE_BYTES = 16  #: payload sizes are multiples of 16 B
+#: Weight of a ``last`` flit's word in the framing check (``o_frames``).
+LAST_WEIGHT = 1 << 16
 
 
 class TrafficKind(enum.IntEnum):
@@ -43,8 +45,9 @@ class TrafficKind(enum.IntEnum):
 
 
 class Fault(enum.IntEnum):
-    """Fault injected into the first data flit an SM receives in a run, or
-    into the first credit its arrival buffer returns.
+    """Fault injected into the first data flit an SM receives in a run, into
+    the first credit its arrival buffer returns, or (``MISFRAMED``) into the
+    checks' reading of the first write command.
 
     For testing that the checks catch every kind of loss; never set in
     experiments.
@@ -55,6 +58,8 @@ class Fault(enum.IntEnum):
     DROP = 2         #: discard the flit (not written, not counted, not acknowledged)
     DUPLICATE = 3    #: count the flit twice
     LOSE_CREDIT = 4  #: withhold the first credit pulse (both VCs' if they coincide)
+    MISFRAMED = 5    #: the first write command announces one word fewer than it carries
+    FULL_MASK = 6    #: write the first data flit with every granule enabled, masked or not
 
 
 class StreamReg(enum.IntEnum):
@@ -272,6 +277,16 @@ class SmEndpoint(wiring.Component):
         Flits this SM handed to its injection shaper since reset, both VCs
         (requests, data, read responses and ACKs; wraps at 2**32): at rest
         it equals the shaper's own count of the flits it sent.
+    o_frames : Out(32)
+        The framing check of this run, 0 at rest (checks only): what the
+        write commands that arrived and the reads this SM issued announce,
+        less the data flits that arrived.  A command or read of ``n`` words
+        from word ``a`` announces ``n * (a + 1) + n * (n - 1) / 2 +``
+        :data:`LAST_WEIGHT` ``* (a + n)``; a data flit at word ``w`` takes
+        off ``w + 1``, and :data:`LAST_WEIGHT` ``* (w + 1)`` more if it is
+        marked ``last``.  So a command's length or address, or a ``last``
+        flag, that disagrees with the data shows, whatever order the routes
+        deliver the flits in (modulo 2**32).
     o_overflow : Out(1)
         The arrival buffer overflowed (credit protocol broken).
     o_occupied : Out(2)
@@ -310,7 +325,7 @@ class SmEndpoint(wiring.Component):
             "o_rx_granules": Out(32), "o_expected_granules": Out(32),
             "o_errors": Out(32), "o_first_bad": Out(32),
             "o_outstanding_reads": Out(32), "o_unacked_flits": Out(32),
-            "o_owed_acks": Out(32), "o_tx_flits": Out(32),
+            "o_owed_acks": Out(32), "o_tx_flits": Out(32), "o_frames": Out(32),
             "o_overflow": Out(1), "o_occupied": Out(2),
             "i_max_reads": In(8), "i_max_unacked": In(16), "i_ack_threshold": In(16),
             "i_read_turnaround": In(8), "i_read_words": In(4),
@@ -388,6 +403,7 @@ class SmEndpoint(wiring.Component):
         tma_words = self.i_tma_words
         pipes = []
         issue_read = []
+        read_issues = []            # (issued, reply word, words) per stream, for the checks
         issue_data = []
         streams_idle = []
         delays_busy = []
@@ -447,6 +463,7 @@ class SmEndpoint(wiring.Component):
             store_room = (unacked + sum(d.as_unsigned() for d in issue_data[:s])) \
                 < self.i_max_unacked
 
+            read_issues.append((rd, local, read_words))
             with m.Switch(kind):
                 with m.Case(TrafficKind.LOAD):
                     m.d.comb += [
@@ -561,7 +578,8 @@ class SmEndpoint(wiring.Component):
         with m.Else():
             m.d.comb += [wport.addr.eq(got.addr),
                          wport.data.eq(got.data ^ (hit == Fault.CORRUPT)),
-                         wport.en.eq(Mux(is_data, got.mask, 0))]
+                         wport.en.eq(Mux(is_data, Mux(hit == Fault.FULL_MASK, full_mask,
+                                                      got.mask), 0))]
         with m.If(self.ctl_init):
             m.d.sync += [filling.eq(1), fill_addr.eq(0), self.o_init_done.eq(0)]
 
@@ -693,16 +711,21 @@ class SmEndpoint(wiring.Component):
         # (and, with the checks, the post-run check's while it runs)
         addrs = [pipe.o_rd_addr for pipe in pipes] + [resp.o_rd_addr]
         if self.checks:
-            self._checks(m, got, hit, is_data, rports, addrs, c_src, c_sbase, c_lbase, c_gran)
+            self._checks(m, got, got_valid, hit, is_data, read_issues, rports, addrs, c_src,
+                         c_sbase, c_lbase, c_gran)
         else:
             m.d.comb += [rp.addr.eq(addr) for rp, addr in zip(rports, addrs)]
         return m
 
-    def _checks(self, m, got, hit, is_data, rports, addrs, c_src, c_sbase, c_lbase, c_gran):
-        """The testbench-only logic: the arrival check of every data flit and
-        the post-run check of every checked region, one word per read port
-        each cycle (``rports``, idle after the run; ``addrs`` their
-        addresses otherwise)."""
+    def _checks(self, m, got, got_valid, hit, is_data, read_issues, rports, addrs, c_src,
+                c_sbase, c_lbase, c_gran):
+        """The testbench-only logic: the arrival check of every data flit, the
+        framing check (``o_frames``: of the write commands in ``got`` and the
+        reads in ``read_issues``, ``(issued, reply word, words)`` per stream)
+        and the post-run check of every checked region, one word per read
+        port each cycle (``rports``, idle after the run; ``addrs`` their
+        addresses otherwise).  The post-run check requires the granules of a
+        region's last word past its end to hold the fill's zero."""
         cfg = self.cfg
         abits = self.addr_bits
         gpf = self.words_per_flit_granules
@@ -728,6 +751,32 @@ class SmEndpoint(wiring.Component):
         with m.Elif(wrong & ~self.o_first_wrong[31]):
             m.d.sync += [self.o_first_wrong.eq(got.addr[:16] | (got.src[:5] << 16) | (1 << 31)),
                          self.o_first_wrong_cycle.eq(self.i_run_cycle)]
+
+        # --- framing: the headers announce exactly the data that came ------
+        def announced(words, first):
+            # sum of (w + 1) over words first..first+words-1, and the last's
+            tri = Signal(32)
+            m.d.comb += tri.eq((words * words - words) >> 1)
+            return words * (first + 1) + tri + LAST_WEIGHT * (first + words)
+
+        frames = Signal(32)
+        m.d.comb += self.o_frames.eq(frames)
+        command = got_valid & (got.kind == Kind.WR_CMD)
+        cmd_fault_armed = Signal()
+        with m.If(self.ctl_start):
+            m.d.sync += cmd_fault_armed.eq(self.i_fault == Fault.MISFRAMED)
+        with m.Elif(command):
+            m.d.sync += cmd_fault_armed.eq(0)
+        cmd_words = Signal(12)
+        m.d.comb += cmd_words.eq(got.data[:12] - cmd_fault_armed)
+        came = Signal(32)
+        m.d.comb += came.eq((got.addr + 1) * Mux(got.last, LAST_WEIGHT + 1, 1))
+        terms = [Mux(command, announced(cmd_words, got.addr), 0)]
+        terms += [Mux(issued, announced(words, first), 0) for issued, first, words in read_issues]
+        with m.If(self.ctl_init):
+            m.d.sync += frames.eq(0)
+        with m.Else():
+            m.d.sync += frames.eq(frames + sum(terms) - Mux(is_data, came, 0))
 
         # --- verification (after the timed region) ------------------------
         lanes_v = len(rports)       # words checked per cycle
@@ -770,9 +819,10 @@ class SmEndpoint(wiring.Component):
             m.d.sync += cmp_valid.eq(0)
         bad = [Signal(name=f"cmp_bad{k}") for k in range(lanes_v)]
         for k, rp in enumerate(rports):
+            # a granule past the region's end holds the fill's zero
             m.d.comb += bad[k].eq(cmp_valid[k] & Cat(*(
-                (rp.data.word_select(j, GRANULE_BYTES * 8)
-                 != cmp_expect[k].word_select(j, GRANULE_BYTES * 8)) & cmp_mask[k][j]
+                rp.data.word_select(j, GRANULE_BYTES * 8)
+                != Mux(cmp_mask[k][j], cmp_expect[k].word_select(j, GRANULE_BYTES * 8), 0)
                 for j in range(gpf))).any())
         with m.If(Cat(*bad).any()):
             m.d.sync += errors.eq(errors + sum(b.as_unsigned() for b in bad))

@@ -79,7 +79,7 @@ def make_flit_layout(cfg):
 
 
 SM_COUNTERS = ("rx_granules", "expected_granules", "errors", "outstanding_reads",
-               "unacked_flits", "owed_acks", "tx_flits", "state", "inj_flits", "inj_stalls",
+               "unacked_flits", "owed_acks", "tx_flits", "frames", "state", "inj_flits", "inj_stalls",
                "inj_credits_away", "first_bad", "first_wrong", "first_wrong_cycle")
 
 
@@ -93,7 +93,8 @@ def counter_names(cfg):
     ``sm<s>.state`` packs, low bit first: local_done, released, busy,
     arrival queue occupied (request VC, response VC), overflow.
     ``sm<s>.inj_credits_away`` has one bit per VC whose shaper does not
-    hold all its credits.
+    hold all its credits.  ``sm<s>.frames`` is the SM's framing check, 0 at
+    rest (:attr:`~hdl.hopper.endpoint.SmEndpoint.o_frames`).
     ``<block>.occupied`` has one bit per (input, VC) queue not empty,
     ``<block>.no_credit`` one per (output, VC) without a credit,
     ``<block>.credits_away`` one per (output, VC) not holding all its
@@ -233,6 +234,7 @@ class Gpc(wiring.Component):
                                 ("outstanding_reads", sm.o_outstanding_reads),
                                 ("unacked_flits", sm.o_unacked_flits),
                                 ("owed_acks", sm.o_owed_acks), ("tx_flits", sm.o_tx_flits),
+                                ("frames", sm.o_frames),
                                 ("state", state), ("inj_flits", shaper.o_flits),
                                 ("inj_stalls", shaper.o_stalls),
                                 ("inj_credits_away", shaper.o_credits_away)):

@@ -164,7 +164,10 @@ def build_run(cfg: DsmConfig, streams, label, plane_enable=None, fault=None,
 #: non-zero value means.
 _SETTLED = (("outstanding_reads", "reads never answered"),
             ("unacked_flits", "store data never acknowledged: an ACK lost"),
-            ("owed_acks", "acknowledgements owed but never sent"))
+            ("owed_acks", "acknowledgements owed but never sent"),
+            ("frames", "the write commands it took in, or the reads it issued, do not "
+                       "announce the data flits that came: a command's length or address, "
+                       "or a last flag, wrong"))
 
 
 def check_run(cfg, run):
@@ -174,7 +177,8 @@ def check_run(cfg, run):
     from those expected, or as words failing the pattern check; a stuck run
     is described by the SMs and queues that still hold traffic.  Read again
     after the data check (``run["settled"]``), every SM must have no read
-    open, no store or TMA data unacknowledged and no ACK owed (a TMA put's
+    open, no store or TMA data unacknowledged, no ACK owed and its framing
+    check (``frames``: the commands announce the data that came) at 0 (a TMA put's
     run is done before its ACKs land, so a lost one shows only here), no
     more data than at ``done``, and every shaper and switch output must hold
     all its credits (a lost or doubled credit changes no bandwidth while
