@@ -253,7 +253,7 @@ def _pcie_link(cfg):
     from hdl.pcie.link import PcieLink
     # The GPU-to-switch link as the machine builds it: the GPU's receive
     # buffer on side a, the switch port's input buffer on side b.
-    return PcieLink(cfg, a_credits=RX_BEATS, b_credits=cfg.switch_buffer_beats)
+    return PcieLink(cfg, a_credits=RX_BEATS, b_credits=cfg.switch_buffer_beats, checks=False)
 
 
 def _pcie_switch(cfg):

@@ -6,8 +6,9 @@ watchdog's ``stuck``) and read every counter; the link counters only grow, so
 a run reports their increase over the run.  From a run's ``done`` until the
 next run starts (or :data:`QUIET_CYCLES` after the last), the TLP, byte and
 error counters must not move: what did is the run's ``after_done``.
-:data:`SETTLE_CYCLES` after ``done`` every sender's ``credits_away`` is read
-again (the run's ``settled``): all must be 0, every credit home.  The
+:data:`SETTLE_CYCLES` after ``done`` every sender's ``credits_away`` and every
+link direction's ``unacked_tlps`` are read again (the run's ``settled``): all
+must be 0, every credit home and every TLP acknowledged.  The
 runs stop after one that ends stuck or with the sticky ``overflow`` flag set.
 """
 
@@ -32,7 +33,7 @@ _QUIET = (".tlps", ".payload_bytes", ".rx_bytes", ".tx_bytes", ".errors")
 QUIET_CYCLES = 200
 
 #: Cycles (ns) after ``done`` before the credit counters are read: every
-#: UpdateFC DLLP owed has gone by then (one flush sweep of 64 cycles, 32
+#: UpdateFC and Ack DLLP owed has gone by then (one flush sweep of 64 cycles, 32
 #: waiting for a header beat, and at most 60 on the wire per link) and every
 #: switch's credit returned.
 SETTLE_CYCLES = 1000
@@ -43,7 +44,8 @@ async def run_plan(dut):
     """Drive every run of the plan and record its counters."""
     plan = load_plan()
     tb = RegisterTB(dut, plan["counter_names"], clocks=(("clk", 1000),))
-    away = [n for n in plan["counter_names"] if n.endswith(".credits_away")]
+    at_rest = [n for n in plan["counter_names"]
+               if n.endswith((".credits_away", ".unacked_tlps"))]
     await tb.start()
     results, after = [], None
     for index, run in enumerate(plan["runs"]):
@@ -58,7 +60,7 @@ async def run_plan(dut):
                         "counters": counter_deltas(before, after, _CUMULATIVE)})
         if ended == "done":
             await ClockCycles(dut.clk, SETTLE_CYCLES)
-            results[-1]["settled"] = await tb.read_counters(away)
+            results[-1]["settled"] = await tb.read_counters(at_rest)
         dut._log.info("run %d/%d %s: %s after %d cycles", index + 1, len(plan["runs"]),
                       run["label"], results[-1]["ended"], after["cycles"])
         if spoils_later_runs(ended, after):

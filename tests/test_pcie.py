@@ -12,7 +12,7 @@ from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
 from hdl.pcie.config import GT_PER_S, PcieConfig
-from hdl.pcie.gpu import GpuEndpoint, GpuMode, GpuReg
+from hdl.pcie.gpu import TAG_CLASH_BIT, GpuEndpoint, GpuMode, GpuReg
 from hdl.pcie.host import HostMemory
 from hdl.pcie.link import PcieLink
 from hdl.pcie.switch import SocketReadTracker
@@ -185,12 +185,7 @@ def _two_gpus_over_one_link(write_bytes, nbytes, both, mode=GpuMode.PUSH, cfg=CF
     now = Signal(32)
     m.d.sync += now.eq(now + 1)
     m.d.comb += [g0.i_now.eq(now), g1.i_now.eq(now), link.i_latency.eq(cfg.link_latency_cycles)]
-    regs = system_registers(cfg)
-    for port, reg in (("i_lane_bytes", SysReg.LANE_BYTES),
-                      ("i_blocks_per_period", SysReg.BLOCKS_PER_PERIOD),
-                      ("i_skp_blocks", SysReg.SKP_BLOCKS), ("i_skp_cycles", SysReg.SKP_CYCLES),
-                      ("i_ack_every", SysReg.ACK_EVERY), ("i_fc_every", SysReg.FC_EVERY)):
-        m.d.comb += getattr(link, port).eq(regs[reg])
+    _time_link(m, link, cfg)
     out = {}
 
     async def bench(ctx):
@@ -263,6 +258,74 @@ def _less_sync_and_skp(gbps, generation):
     ordered set of 128 / GT/s cycles every 372 blocks (GT/s / 2 per 65 cycles)."""
     gt = GT_PER_S[generation]
     return gbps * 64 / 65 * (1 - (128 / gt) / (372 / (gt / 2) * 65))
+
+
+def _time_link(m, link, cfg):
+    """Drive ``link``'s timing inputs from ``cfg``'s registers (constant);
+    returns the registers."""
+    regs = system_registers(cfg)
+    for port, reg in (("i_lane_bytes", SysReg.LANE_BYTES),
+                      ("i_blocks_per_period", SysReg.BLOCKS_PER_PERIOD),
+                      ("i_skp_blocks", SysReg.SKP_BLOCKS), ("i_skp_cycles", SysReg.SKP_CYCLES),
+                      ("i_ack_every", SysReg.ACK_EVERY), ("i_fc_every", SysReg.FC_EVERY)):
+        m.d.comb += getattr(link, port).eq(regs[reg])
+    return regs
+
+
+@pytest.mark.parametrize("data_beats,broken", [(4, False), (8, True)])
+def test_a_receiver_holding_more_than_its_tlps_credits_flags_overflow(data_beats, broken):
+    """A link receiver whose delivery is held (one beat of credit, never
+    returned) keeps a TLP's beats until its credits come free.  A 128 B
+    write's five beats fit what its credits cover; a TLP that says 128 B
+    but carries eight data beats leaves more beats in the buffer than its
+    credits cover, which is flagged as it would be if the receiver freed a
+    TLP's credits before its last beat left."""
+    link = PcieLink(CFG, a_credits=16, b_credits=1)
+    m = Module()
+    m.submodules.link = link
+    _time_link(m, link, CFG)
+    beats = _beats(length=32 * data_beats)
+    beats[0]["length"] = 128
+    got = {}
+
+    async def bench(ctx):
+        await _feed(ctx, link.a_i, beats, settle=100)
+        got.update(overflow=ctx.get(link.o_overflow))
+
+    _simulate(m, bench)
+    assert got["overflow"] == broken, got
+
+
+@pytest.mark.parametrize("generation", [4, 5])
+def test_a_link_s_capacity_pays_every_sync_header_and_skp_ordered_set(generation):
+    """An idle link's ``lane_bytes`` (its capacity since reset) grows at the
+    lanes' rate less a sync-header cycle in 65 and a SKP ordered set every
+    372 blocks, to within one SKP ordered set and one sync cycle over 20,000
+    cycles (7 SKP intervals at Gen4, 13 at Gen5): a link that sends no SKP
+    ordered sets, or one every other interval, is far outside that."""
+    # Gen5 x16 needs 64 B beats (the link may not outrun the datapath)
+    cfg = dataclasses.replace(CFG, generation=generation,
+                              datapath_bytes=64 if generation == 5 else CFG.datapath_bytes)
+    link = PcieLink(cfg, a_credits=16, b_credits=16)
+    m = Module()
+    m.submodules.link = link
+    regs = _time_link(m, link, cfg)
+    cycles, got = 20_000, {}
+
+    async def bench(ctx):
+        await ctx.tick().repeat(cycles)
+        got.update(lane=ctx.get(link.ab_lane_bytes), lane_ba=ctx.get(link.ba_lane_bytes))
+
+    _simulate(m, bench)
+    per_cycle = regs[SysReg.LANE_BYTES]
+    skp_cycles = 128 // GT_PER_S[generation]
+    want = per_cycle * cycles * 64 / 65 * (1 - skp_cycles * regs[SysReg.BLOCKS_PER_PERIOD]
+                                            / (65 * regs[SysReg.SKP_BLOCKS]))
+    assert got["lane"] == got["lane_ba"]
+    assert abs(got["lane"] - want) <= per_cycle * (skp_cycles + 1), (got, want)
+    # the window's SKP ordered sets are worth over four times that bound
+    skps = cycles * regs[SysReg.BLOCKS_PER_PERIOD] / (65 * regs[SysReg.SKP_BLOCKS])
+    assert per_cycle * skp_cycles * skps > 4 * per_cycle * (skp_cycles + 1)
 
 
 @pytest.mark.parametrize("generation,want_gbps", [(4, _less_sync_and_skp(32 * 4 / 5, 4)),
@@ -339,6 +402,18 @@ def test_the_first_bad_beat_is_named(fault, first):
     text = pcie.first_bad({f"gpu1.{k}": v for k, v in got.items()}, 1)
     assert text.startswith(first), text
     assert 1005 <= int(text.rsplit(" ", 1)[1]) <= 1010, text
+
+
+def test_a_read_on_a_tag_in_use_is_named():
+    """A GPU that issues a read with all 256 tags in use records it as its
+    first bad TLP (``TAG_CLASH_BIT``): the read, its destination, address
+    and cycle."""
+    info = (1 << 31 | TAG_CLASH_BIT | 4 << 16 | int(TlpType.MRD) << 10 | int(FcClass.NP) << 8
+            | 1)
+    text = pcie.first_bad({"gpu1.first_bad": info, "gpu1.first_bad_addr": 0x8000,
+                           "gpu1.first_bad_cycle": 330}, 1)
+    assert text == ("a read gpu1 issued to gpu4 while all 256 tags were in use, address "
+                    "0x8000, cycle 330")
 
 
 def _receive(beats, now=0):
@@ -622,9 +697,11 @@ def _checked_copies(cfg, runs, test_dir):
     for run, result in zip(runs, got["runs"], strict=True):
         pcie.check_run(cfg, run, result)
         assert result["after_done"] == {}, result["after_done"]   # watched, and quiet
-        # every sender's credits read at rest, and all home
-        assert set(result["settled"]) == {n for n in pcie.counter_names(cfg)
-                                          if n.endswith(".credits_away")}, result["settled"]
+        # every sender's credits and every link direction's replay count
+        # read at rest: all credits home, every TLP acknowledged
+        assert set(result["settled"]) == {
+            n for n in pcie.counter_names(cfg)
+            if n.endswith((".credits_away", ".unacked_tlps"))}, result["settled"]
         assert not any(result["settled"].values()), result["settled"]
     return [result["counters"] for result in got["runs"]]
 
@@ -635,7 +712,8 @@ def test_a_tlp_that_lands_after_a_run_is_done_fails_the_run(tmp_path):
     a beat duplicated or delayed past the end of its copy lands after the
     counters are read, and is reported rather than missed.  With runs
     missing, the first run that went wrong is named, not the count.  A GPU
-    link's payload count must agree with the GPU's own."""
+    link's payload count must agree with the GPU's own, and at rest every
+    credit is home and every TLP acknowledged."""
     cfg = dataclasses.replace(CFG, sockets=1, switches_per_socket=1, gpus_per_switch=2)
     runs = [pcie.copy_run(cfg, f"run {k}", [(0, 1)], 1 << 14, cfg.kernel_write_bytes)
             for k in range(2)]
@@ -654,6 +732,10 @@ def test_a_tlp_that_lands_after_a_run_is_done_fails_the_run(tmp_path):
         with pytest.raises(pcie.ExperimentError, match=rf"run 1: credits not home at rest at "
                                                        rf"{where} \(a credit lost"):
             pcie.check_run(cfg, runs[1], leaked)
+    unacked = dict(got[1], settled={**got[1]["settled"], "gpu0.up.unacked_tlps": 1})
+    with pytest.raises(pcie.ExperimentError, match=r"run 1: TLPs sent but never acknowledged at "
+                                                   r"rest \(gpu0.up 1\): an Ack DLLP lost"):
+        pcie.check_run(cfg, runs[1], unacked)
     slow = dict(got[1], clock_cycles=got[1]["clock_cycles"] - 1)
     with pytest.raises(pcie.ExperimentError, match=r"run 1: the design counted \d+ cycles, the "
                                                    r"simulator's clock \d+: the cycle counter"):

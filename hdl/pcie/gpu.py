@@ -36,7 +36,7 @@ from .completer import Completer
 from .link import N_FC
 from .tlp import HOST_NODE, STAGE_SHIFT, FcClass, TlpType, payload_beat, staged_beat, tlp_layout
 
-__all__ = ["RX_BEATS", "GpuReg", "GpuMode", "GpuEndpoint"]
+__all__ = ["RX_BEATS", "TAG_CLASH_BIT", "GpuReg", "GpuMode", "GpuEndpoint"]
 
 
 class GpuReg(enum.IntEnum):
@@ -64,6 +64,9 @@ class GpuMode(enum.IntEnum):
 #: credits its link's receiver advertises (a model choice; the seed gives no
 #: buffer sizes).
 RX_BEATS = 16
+
+#: ``o_first_bad`` bit of a read issued on a tag still in use (checks only).
+TAG_CLASH_BIT = 1 << 30
 
 
 class GpuEndpoint(wiring.Component):
@@ -125,6 +128,7 @@ class GpuEndpoint(wiring.Component):
         Beats that break the copy: a TLP for another node or from a node other
         than SRC (or, staged, SRC's staging buffer in host memory), a write or
         completion that does not start where the last one of its class ended, a
+        read issued on a tag still in use (256 outstanding), a
         data beat outside a TLP or not at the next address, a ``last`` in the
         wrong place, data that is not the source's for that address, or a TLP of
         a kind its class does not carry.
@@ -133,8 +137,10 @@ class GpuEndpoint(wiring.Component):
         its source node, 8-9 its flow-control class (:class:`FcClass`; NP
         alone, with no other field, for a non-posted TLP that is not a memory
         read), 10-11 its TLP type (:class:`TlpType`), 16-23 its destination
-        node, bit 31 set once a beat was bad.  Of a bad write and a bad
-        completion in one cycle, the write.
+        node, bit 30 (:data:`TAG_CLASH_BIT`) set for a memory read this GPU
+        issued while all 256 tags were in use (its own node as source, the
+        read's address), bit 31 set once a beat was bad.  Of a bad write and
+        a bad completion in one cycle, the write.
     o_first_bad_addr, o_first_bad_cycle : Out(32)
         That beat's address and the ``i_now`` it arrived at.
     o_progress : Out(1)
@@ -303,6 +309,12 @@ class GpuEndpoint(wiring.Component):
         with m.If(rd.valid & rd.ready):
             m.d.sync += requested.eq(requested + 1)
             r_issued(tlp_bytes)
+        # (checks) a read may not take a tag still waiting for its completions:
+        # tags go in order, so with 256 reads counted outstanding every 8-bit
+        # tag is in use (this guards the tag limit, not the count itself)
+        tag_clash = Signal()
+        if self.checks:
+            m.d.comb += tag_clash.eq(rd.valid & rd.ready & outstanding[8])
 
         # --- completer: answers reads of this GPU's memory -------------------------
         m.submodules.completer = completer = Completer(
@@ -383,19 +395,24 @@ class GpuEndpoint(wiring.Component):
                          cpl_left.eq(tlp_bytes), self.o_first_bad.eq(0),
                          self.o_first_bad_addr.eq(0), self.o_first_bad_cycle.eq(0)]
         with m.Else():
-            wrong = (bad | completer.o_bad) if self.checks else 0
+            wrong = (bad | completer.o_bad | tag_clash) if self.checks else 0
             with m.If(wrong & (errors != 0xFFFF)):
                 m.d.sync += errors.eq(errors + 1)
             with m.If(wrong & ~self.o_first_bad[31]):
-                # a write before a completion of the same cycle; else a bad NP request
+                # a write before a completion of the same cycle; else a read
+                # issued on a tag in use; else a bad NP request
                 first = FcClass.P
+                clash_info = (self.gpu | int(FcClass.NP) << 8 | int(TlpType.MRD) << 10
+                              | rd.payload.dst << 16 | TAG_CLASH_BIT)
                 m.d.sync += [self.o_first_bad.eq(
                                  Mux(bad_of[first], info_of[first],
-                                     Mux(bad, info_of[FcClass.CPL], int(FcClass.NP) << 8))
+                                     Mux(bad, info_of[FcClass.CPL],
+                                         Mux(tag_clash, clash_info, int(FcClass.NP) << 8)))
                                  | (1 << 31)),
                              self.o_first_bad_addr.eq(
                                  Mux(bad_of[first], addr_of[first],
-                                     Mux(bad, addr_of[FcClass.CPL], 0))),
+                                     Mux(bad, addr_of[FcClass.CPL],
+                                         Mux(tag_clash, rd.payload.addr, 0)))),
                              self.o_first_bad_cycle.eq(self.i_now)]
             with m.If(took.any()):
                 m.d.sync += [self.o_rx_bytes.eq(self.o_rx_bytes + dp * (took[0] + took[1])),

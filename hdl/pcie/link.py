@@ -92,6 +92,9 @@ class LinkPort(wiring.Component):
         ``rx_data_credits`` (advertised for every class), ``replay_tlps``.
     local_credits : int
         Beats the local side's input buffer holds per class (credits of ``o``).
+    checks : bool
+        Build the receiver's credit check (the second half of
+        ``o_overflow``); ``False`` for synthesis, the link alone.
 
     Members
     -------
@@ -125,12 +128,19 @@ class LinkPort(wiring.Component):
     o_deliver_credits_away : Out(3)
         Bit ``class``: the receiver's delivery of what it took in to the
         local side does not hold all its credits (0 at rest).
+    o_unacked_tlps : Out(12)
+        TLPs sent and not yet acknowledged by an Ack DLLP (the replay
+        buffer's content): 0 at rest, every Ack sent by then.
     o_overflow : Out(1)
-        Sticky: the receive buffer overflowed (flow control broken).
+        Sticky: flow control broken.  The receive buffer overflowed, or
+        (with ``checks``) it held more beats than the TLPs whose credits are
+        not yet free can have (a TLP's credits freed before its last beat
+        left, or a TLP longer than its header says).
     """
 
-    def __init__(self, cfg, *, local_credits):
+    def __init__(self, cfg, *, local_credits, checks=True):
         self.cfg = cfg
+        self.checks = bool(checks)
         self.local_credits = local_credits
         self.tx_queue_beats = cfg.tx_queue_beats
         layout = tlp_layout(cfg)
@@ -142,6 +152,7 @@ class LinkPort(wiring.Component):
             "o_tlps": Out(32), "o_payload_bytes": Out(32), "o_lane_bytes": Out(32),
             "o_wire_bytes": Out(32), "o_dllp_beats": Out(32), "o_overflow": Out(1),
             "o_credits_away": Out(N_FC), "o_deliver_credits_away": Out(N_FC),
+            "o_unacked_tlps": Out(12),
         })
 
     def elaborate(self, platform):
@@ -193,7 +204,7 @@ class LinkPort(wiring.Component):
         seq_sent = Signal(12)
         seq_acked = Signal(12)
         unacked = Signal(12)
-        m.d.comb += unacked.eq(seq_sent - seq_acked)
+        m.d.comb += [unacked.eq(seq_sent - seq_acked), self.o_unacked_tlps.eq(unacked)]
         wire_in = self.i_wire
         with m.If(wire_in.ack):
             m.d.sync += seq_acked.eq(wire_in.ack_seq)
@@ -332,6 +343,22 @@ class LinkPort(wiring.Component):
                          q.r_en.eq(deliver.i[c].ready)]
             popped = q.r_rdy & deliver.i[c].ready
             leaving = deliver.i[c].payload
+
+            def tlp_beats(tlp):
+                # a header beat and the data beats of its length
+                return 1 + Mux(tlp.kind == TlpType.MRD, 0,
+                               (tlp.length + cfg.datapath_bytes - 1) // cfg.datapath_bytes)
+            # beats of the TLPs taken in whose credits are not yet free: from
+            # a TLP's header beat until its credits come free (below); the
+            # queue never holds more
+            freed_beats = Signal(16, name=f"freed_beats{c}")
+            if self.checks:
+                held = Signal(16, name=f"held{c}")
+                arrived = Mux(self.i_wire.beat_valid & (beat_in.vc == c) & beat_in.head,
+                              tlp_beats(beat_in), 0)
+                m.d.sync += held.eq(held + arrived - freed_beats)
+                with m.If(q.level > held):
+                    m.d.sync += self.o_overflow.eq(1)
             hdr_alloc = Signal(8, init=hdr_credits, name=f"hdr_alloc{c}")
             data_alloc = Signal(12, init=data_credits, name=f"data_alloc{c}")
             hdr_adv = Signal(8, init=hdr_credits, name=f"hdr_adv{c}")
@@ -339,6 +366,7 @@ class LinkPort(wiring.Component):
             # a TLP's credits come free when its last beat leaves: the header
             # credit and the data credits its length took
             with m.If(popped & leaving.last):
+                m.d.comb += freed_beats.eq(tlp_beats(leaving))
                 m.d.sync += hdr_alloc.eq(hdr_alloc + 1)
                 with m.If(leaving.kind != TlpType.MRD):
                     m.d.sync += data_alloc.eq(
@@ -364,6 +392,8 @@ class PcieLink(wiring.Component):
     cfg : PcieConfig
     a_credits, b_credits : int
         Beats per class that side ``a``'s / ``b``'s input buffer holds.
+    checks : bool
+        Build the ends' receiver credit checks (see :class:`LinkPort`).
 
     Members
     -------
@@ -377,8 +407,8 @@ class PcieLink(wiring.Component):
         Timing (see :func:`LinkTiming`), to both ends.
     ab_*, ba_* counters
         ``o_tlps``, ``o_payload_bytes``, ``o_lane_bytes``, ``o_wire_bytes``,
-        ``o_dllp_beats`` (Out(32)) of the a-to-b and b-to-a directions'
-        transmitters, and ``credits_away`` (Out(3)): per class, the
+        ``o_dllp_beats``, ``o_unacked_tlps`` (Out(32)) of the a-to-b and
+        b-to-a directions' transmitters, and ``credits_away`` (Out(3)): per class, the
         direction's transmitter (flow-control credits) or the far end's
         delivery of it to the local side does not hold all its credits.
     o_overflow : Out(1)
@@ -386,9 +416,9 @@ class PcieLink(wiring.Component):
     """
 
     COUNTERS = ("tlps", "payload_bytes", "lane_bytes", "wire_bytes", "dllp_beats",
-                "credits_away")
+                "unacked_tlps", "credits_away")
 
-    def __init__(self, cfg, *, a_credits, b_credits):
+    def __init__(self, cfg, *, a_credits, b_credits, checks=True):
         self.cfg = cfg
         layout = tlp_layout(cfg)
         link = CreditLink(layout, N_FC)
@@ -398,8 +428,8 @@ class PcieLink(wiring.Component):
             members.update({f"{d}_{c}": Out(N_FC if c == "credits_away" else 32)
                             for c in self.COUNTERS})
         super().__init__(members)
-        self.port_a = LinkPort(cfg, local_credits=a_credits)
-        self.port_b = LinkPort(cfg, local_credits=b_credits)
+        self.port_a = LinkPort(cfg, local_credits=a_credits, checks=checks)
+        self.port_b = LinkPort(cfg, local_credits=b_credits, checks=checks)
 
     def elaborate(self, platform):
         m = Module()

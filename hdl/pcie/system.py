@@ -107,7 +107,8 @@ def counter_names(cfg):
     found wrong (see :class:`~hdl.pcie.gpu.GpuEndpoint`).  Per link and direction
     (``<link>.up`` / ``<link>.down``): ``tlps``, ``payload_bytes``,
     ``lane_bytes`` (the link's capacity), ``wire_bytes`` (what the beats
-    sent took of it), ``dllp_beats``.  Per socket-link direction
+    sent took of it), ``dllp_beats``, ``unacked_tlps`` (TLPs sent and not
+    yet acknowledged: 0 at rest).  Per socket-link direction
     (``socket<a><b>``): ``busy`` cycles and ``read_wait`` (cycles a
     peer-to-peer read waited for tracker room); ``socket.read_peak``: the
     most peer-to-peer read bytes a root complex's trackers held (see
@@ -159,8 +160,9 @@ class PcieSystem(wiring.Component):
     cfg : PcieConfig
         Structural fields shape the RTL.
     checks : bool
-        Build the GPUs' memory checks (``False`` for synthesis, see
-        :class:`~hdl.pcie.gpu.GpuEndpoint`).
+        Build the GPUs' memory checks and the links' receiver credit checks
+        (``False`` for synthesis, see :class:`~hdl.pcie.gpu.GpuEndpoint` and
+        :class:`~hdl.pcie.link.LinkPort`).
 
     Members
     -------
@@ -216,7 +218,7 @@ class PcieSystem(wiring.Component):
 
         def new_link(name, a_credits, b_credits, gpu=None):
             link = SharedModule(PcieLink, f"pcie_link_{a_credits}_{b_credits}", cfg=cfg,
-                                a_credits=a_credits, b_credits=b_credits)
+                                a_credits=a_credits, b_credits=b_credits, checks=self.checks)
             m.submodules[name] = link
             if gpu is None:
                 m.d.comb += [getattr(link, k).eq(v) for k, v in timing.items()]

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from hdl.pcie.config import CLOCK_MHZ, GT_PER_S, gpu_socket
-from hdl.pcie.gpu import GpuMode, GpuReg
+from hdl.pcie.gpu import TAG_CLASH_BIT, GpuMode, GpuReg
 from hdl.pcie.system import GLOBAL, counter_names, crossbars, system_registers
 from hdl.pcie.tlp import HOST_NODE, STAGE_SHIFT, FcClass, TlpType
 from sim import stall
@@ -277,6 +277,10 @@ def first_bad(counters, gpu):
         return "not recorded"
     cycle = counters.get(f"gpu{gpu}.first_bad_cycle", 0)
     fc = FcClass(info >> 8 & 3).name if info >> 8 & 3 < len(FcClass) else "?"
+    if info & TAG_CLASH_BIT:
+        return (f"a read gpu{gpu} issued to {_node(info >> 16 & 0xFF)} while all 256 tags were "
+                f"in use, address {counters.get(f'gpu{gpu}.first_bad_addr', 0):#x}, cycle "
+                f"{cycle}")
     if fc == "NP":
         return f"a non-posted TLP that is not a memory read, cycle {cycle}"
     kind = TlpType(info >> 10 & 3).name if info >> 10 & 3 < len(TlpType) else "?"
@@ -294,9 +298,10 @@ def check_run(cfg, run, got):
     GPU's bytes sent (up) and taken in (down), and no TLP moved once it was
     done (``got``'s ``after_done``: a late duplicate lands after the counters
     are read), the cycle counter and the GPUs' time stamp ``now`` advanced as
-    the simulator's clock did, and every sender holds all its credits once
-    the machine is at rest (``got``'s ``settled``: a lost or doubled credit
-    changes no bandwidth while others remain, so it shows only there)."""
+    the simulator's clock did, and every sender holds all its credits and
+    every link direction has every TLP it sent acknowledged once the machine
+    is at rest (``got``'s ``settled``: a lost or doubled credit, or a wrong
+    Ack, changes no bandwidth while others remain, so it shows only there)."""
     label = run["label"]
     c = got["counters"]
     if got["ended"] != "done":
@@ -307,7 +312,9 @@ def check_run(cfg, run, got):
                                          watchdog=cfg.watchdog_cycles)
                               + "; ".join(waiting + stall.describe(c, stall_blocks(cfg))))
     if c["overflow"]:
-        raise ExperimentError(f"{label}: a buffer overflowed (flow control broken)")
+        raise ExperimentError(f"{label}: a buffer overflowed, or a link receiver held more "
+                              "beats than the TLPs whose credits are not yet free (flow control "
+                              "broken)")
     if wrong := miscounted_cycles(label, got):
         raise ExperimentError(wrong)
     # The bandwidths are bytes over the GPUs' ``now`` stamps; ``now`` is read
@@ -320,8 +327,8 @@ def check_run(cfg, run, got):
     for g in range(cfg.gpus):
         if c[f"gpu{g}.errors"]:
             raise ExperimentError(f"{label}: gpu{g}.errors = {c[f'gpu{g}.errors']}: payload "
-                                  "data wrong, or writes from one source out of order; first: "
-                                  + first_bad(c, g))
+                                  "data wrong, writes from one source out of order, or a read "
+                                  "tag in use twice; first: " + first_bad(c, g))
         if c[f"gpu{g}.rx_bytes"] != run["expect"][g]:
             raise ExperimentError(f"{label}: gpu{g} took in {c[f'gpu{g}.rx_bytes']} B, "
                                   f"expected {run['expect'][g]}: data lost or duplicated")
@@ -357,6 +364,11 @@ def check_run(cfg, run, got):
     if away := credits_away(cfg, got.get("settled", {})):
         raise ExperimentError(f"{label}: credits not home at rest at {', '.join(away)} (a "
                               "credit lost or returned twice on that link)")
+    if unacked := {k.removesuffix(".unacked_tlps"): v for k, v in got.get("settled", {}).items()
+                   if k.endswith(".unacked_tlps") and v}:
+        raise ExperimentError(f"{label}: TLPs sent but never acknowledged at rest ("
+                              + ", ".join(f"{k} {v}" for k, v in unacked.items())
+                              + "): an Ack DLLP lost or carrying the wrong sequence number")
 
 
 def credits_away(cfg, settled):
@@ -369,7 +381,7 @@ def credits_away(cfg, settled):
     crossbar = {f"{b.name}.credits_away" for b in blocks}
     root_ports = {f"sw{s}.credits_away" for s in range(cfg.switches)}
     for name, bits in settled.items():
-        if name in crossbar or not bits:
+        if name in crossbar or not bits or not name.endswith(".credits_away"):
             continue
         sender = name.removesuffix(".credits_away")
         root_port = name in root_ports
