@@ -6,9 +6,10 @@ watchdog's ``stuck``) and read every counter; the link counters only grow, so
 a run reports their increase over the run.  From a run's ``done`` until the
 next run starts (or :data:`QUIET_CYCLES` after the last), the TLP, byte and
 error counters must not move: what did is the run's ``after_done``.
-:data:`SETTLE_CYCLES` after ``done`` every sender's ``credits_away`` and every
-link direction's ``unacked_tlps`` are read again (the run's ``settled``): all
-must be 0, every credit home and every TLP acknowledged.  The
+:data:`SETTLE_CYCLES` after ``done`` every sender's ``credits_away``, every
+link direction's ``unacked_tlps`` and the socket link's ``read_held`` are read
+again (the run's ``settled``): all must be 0, every credit home, every TLP
+acknowledged and every peer-to-peer read's tracker room free.  The
 runs stop after one that ends stuck or with the sticky ``overflow`` flag set.
 """
 
@@ -45,7 +46,7 @@ async def run_plan(dut):
     plan = load_plan()
     tb = RegisterTB(dut, plan["counter_names"], clocks=(("clk", 1000),))
     at_rest = [n for n in plan["counter_names"]
-               if n.endswith((".credits_away", ".unacked_tlps"))]
+               if n.endswith((".credits_away", ".unacked_tlps", ".read_held"))]
     await tb.start()
     results, after = [], None
     for index, run in enumerate(plan["runs"]):

@@ -527,7 +527,8 @@ def test_host_memory_checks_staging_buffers(beats, bad):
 def test_socket_read_trackers_share_one_pool_per_root_complex():
     """A read across the socket link takes room at both root complexes; its
     completions free the completer's room as they enter the link back and the
-    requester's as they arrive; two waiting reads take turns (round robin)."""
+    requester's as they arrive; two waiting reads take turns (round robin);
+    ``o_held`` gives what the fuller root complex holds, 0 once all is free."""
     dut = SocketReadTracker()
     seen = []
 
@@ -554,9 +555,17 @@ def test_socket_read_trackers_share_one_pool_per_root_complex():
         await ctx.tick()
         step(want=(128, 128))
         seen.append(ctx.get(dut.o_peak))
+        seen.append(ctx.get(dut.o_held))        # both hold the two reads outstanding
+        step(cpl_sent=(128, 128))               # their completions enter the link
+        await ctx.tick()
+        seen.append(ctx.get(dut.o_held))        # the completers' rooms are free
+        step(cpl_arrived=(128, 128))            # and arrive
+        await ctx.tick()
+        seen.append(ctx.get(dut.o_held))        # at rest: nothing held
 
     _simulate(dut, bench)
-    assert seen == [(256, 128), (0, 0), (0, 0), (0, 0), (0, 0), (0, 128), (0, 0), 256]
+    assert seen == [(256, 128), (0, 0), (0, 0), (0, 0), (0, 0), (0, 128), (0, 0), 256,
+                    256, (0, 0), 128, (128, 128), 0]
 
 
 def test_payload_pattern_is_distinct_per_source_and_address():
@@ -701,7 +710,7 @@ def _checked_copies(cfg, runs, test_dir):
         # read at rest: all credits home, every TLP acknowledged
         assert set(result["settled"]) == {
             n for n in pcie.counter_names(cfg)
-            if n.endswith((".credits_away", ".unacked_tlps"))}, result["settled"]
+            if n.endswith((".credits_away", ".unacked_tlps", ".read_held"))}, result["settled"]
         assert not any(result["settled"].values()), result["settled"]
     return [result["counters"] for result in got["runs"]]
 
@@ -713,7 +722,7 @@ def test_a_tlp_that_lands_after_a_run_is_done_fails_the_run(tmp_path):
     counters are read, and is reported rather than missed.  With runs
     missing, the first run that went wrong is named, not the count.  A GPU
     link's payload count must agree with the GPU's own, and at rest every
-    credit is home and every TLP acknowledged."""
+    credit is home, every TLP acknowledged and no tracker room held."""
     cfg = dataclasses.replace(CFG, sockets=1, switches_per_socket=1, gpus_per_switch=2)
     runs = [pcie.copy_run(cfg, f"run {k}", [(0, 1)], 1 << 14, cfg.kernel_write_bytes)
             for k in range(2)]
@@ -736,6 +745,10 @@ def test_a_tlp_that_lands_after_a_run_is_done_fails_the_run(tmp_path):
     with pytest.raises(pcie.ExperimentError, match=r"run 1: TLPs sent but never acknowledged at "
                                                    r"rest \(gpu0.up 1\): an Ack DLLP lost"):
         pcie.check_run(cfg, runs[1], unacked)
+    leak = dict(got[1], settled={**got[1]["settled"], "socket.read_held": 1})
+    with pytest.raises(pcie.ExperimentError, match=r"run 1: the socket link's peer-read trackers "
+                                                   r"hold 1 B at rest: a read's room never freed"):
+        pcie.check_run(cfg, runs[1], leak)
     slow = dict(got[1], clock_cycles=got[1]["clock_cycles"] - 1)
     with pytest.raises(pcie.ExperimentError, match=r"run 1: the design counted \d+ cycles, the "
                                                    r"simulator's clock \d+: the cycle counter"):
@@ -785,6 +798,7 @@ def test_the_read_trackers_bind_in_the_pull_ring_and_not_for_one_pair(tmp_path):
                               mode=GpuMode.PULL) for pairs in ([(0, 4)], ring)]
         pair, ring_run = _checked_copies(cfg, runs, tmp_path / name)
         assert ring_run["socket.read_peak"] <= cfg.socket_read_bytes
+        assert ring_run["socket.read_held"] <= cfg.socket_read_bytes
         waited = ring_run["socket01.read_wait"] > 0 and ring_run["socket10.read_wait"] > 0
         assert waited == (name == "pool"), ring_run
         cycles[name] = (pair["cycles"], ring_run["cycles"])

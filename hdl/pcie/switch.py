@@ -336,6 +336,9 @@ class SocketReadTracker(wiring.Component):
         Start a new run: forget the peak.
     o_peak : Out(17)
         The most bytes either root complex held at once since ``i_clear``.
+    o_held : Out(17)
+        The most bytes either root complex holds now: 0 at rest, every read's
+        room freed by its completions.
     """
 
     def __init__(self):
@@ -344,13 +347,15 @@ class SocketReadTracker(wiring.Component):
                           "i_read_sent": In(data.ArrayLayout(13, 2)),
                           "i_cpl_sent": In(data.ArrayLayout(13, 2)),
                           "i_cpl_arrived": In(data.ArrayLayout(13, 2)),
-                          "o_room": Out(data.ArrayLayout(17, 2)), "o_peak": Out(17)})
+                          "o_room": Out(data.ArrayLayout(17, 2)), "o_peak": Out(17),
+                          "o_held": Out(17)})
 
     def elaborate(self, platform):
         m = Module()
         held = [Signal(17, name=f"held{k}") for k in range(2)]
         most = Mux(held[0] > held[1], held[0], held[1])
         room = Mux(self.i_bytes > most, self.i_bytes - most, 0)
+        m.d.comb += self.o_held.eq(most)
         turn = Signal()
         with m.If(Mux(turn, self.i_read_sent[1], self.i_read_sent[0]) != 0):
             m.d.sync += turn.eq(~turn)

@@ -111,7 +111,8 @@ def counter_names(cfg):
     yet acknowledged: 0 at rest).  Per socket-link direction
     (``socket<a><b>``): ``busy`` cycles and ``read_wait`` (cycles a
     peer-to-peer read waited for tracker room); ``socket.read_peak``: the
-    most peer-to-peer read bytes a root complex's trackers held (see
+    most peer-to-peer read bytes a root complex's trackers held, and
+    ``socket.read_held`` the most they hold now (0 at rest; see
     :class:`~hdl.pcie.switch.SocketReadTracker`).
     Per host memory (``host<k>``): payload bytes written in
     (``rx_bytes``) and read out (``tx_bytes``), ``errors``.  Per root port
@@ -133,7 +134,8 @@ def counter_names(cfg):
             names += [f"{link}.{d}.{c}" for c in PcieLink.COUNTERS]
     if cfg.sockets == 2:
         names += ["socket01.busy", "socket10.busy", "socket01.read_wait",
-                  "socket10.read_wait", "socket.read_peak", "socket01.credits_away",
+                  "socket10.read_wait", "socket.read_peak", "socket.read_held",
+                  "socket01.credits_away",
                   "socket10.credits_away"]
     for k in range(cfg.sockets):
         names += [f"host{k}.{c}" for c in HOST_COUNTERS]
@@ -357,7 +359,7 @@ class PcieSystem(wiring.Component):
                 values += [getattr(link, f"{d}_{c}") for c in PcieLink.COUNTERS]
         values += [sl.o_busy for sl in sockets]
         if sockets:
-            values += [sl.o_read_wait for sl in sockets] + [tracker.o_peak]
+            values += [sl.o_read_wait for sl in sockets] + [tracker.o_peak, tracker.o_held]
             values += [sl.o_credits_away for sl in sockets]
         for host in hosts:
             values += [host.o_rx_bytes, host.o_tx_bytes, host.o_errors, host.o_credits_away]

@@ -298,15 +298,20 @@ def check_run(cfg, run, got):
     GPU's bytes sent (up) and taken in (down), and no TLP moved once it was
     done (``got``'s ``after_done``: a late duplicate lands after the counters
     are read), the cycle counter and the GPUs' time stamp ``now`` advanced as
-    the simulator's clock did, and every sender holds all its credits and
-    every link direction has every TLP it sent acknowledged once the machine
-    is at rest (``got``'s ``settled``: a lost or doubled credit, or a wrong
-    Ack, changes no bandwidth while others remain, so it shows only there)."""
+    the simulator's clock did, and every sender holds all its credits,
+    every link direction has every TLP it sent acknowledged and the socket
+    link's read trackers hold nothing once the machine is at rest (``got``'s
+    ``settled``: a lost or doubled credit, a wrong Ack or a leaked tracker
+    byte changes no bandwidth while others remain, so it shows only there)."""
     label = run["label"]
     c = got["counters"]
     if got["ended"] != "done":
         waiting = [f"gpu{g} has {c[f'gpu{g}.rx_bytes']} of {run['expect'][g]} B"
                    for g in range(cfg.gpus) if c[f"gpu{g}.rx_bytes"] != run["expect"][g]]
+        if c.get("socket.read_held"):
+            # a read waiting for tracker room waits on no credit the snapshot shows
+            waiting.append(f"the socket link's peer-read trackers hold "
+                           f"{c['socket.read_held']} of {cfg.socket_read_bytes} B")
         raise ExperimentError(unfinished(label, got["ended"], c["cycles"],
                                          stuck="run ended {ended}",
                                          watchdog=cfg.watchdog_cycles)
@@ -369,6 +374,10 @@ def check_run(cfg, run, got):
         raise ExperimentError(f"{label}: TLPs sent but never acknowledged at rest ("
                               + ", ".join(f"{k} {v}" for k, v in unacked.items())
                               + "): an Ack DLLP lost or carrying the wrong sequence number")
+    if held := got.get("settled", {}).get("socket.read_held"):
+        raise ExperimentError(f"{label}: the socket link's peer-read trackers hold {held} B at "
+                              "rest: a read's room never freed (a completion lost or "
+                              "miscounted on the socket link)")
 
 
 def credits_away(cfg, settled):
