@@ -1132,9 +1132,10 @@ def _experiment_section(result: ExperimentResult, results_dir: Path) -> list[str
     hop_fitted = [s for s in result.series if s.hop_fit is not None]
     if hop_fitted:
         lines += _md_table(["series", "points", "α (cycles)", "β (cycles/hop)", "worst residual (cycles)"],
-                           [[s.name, str(len(s.hops)), format_number(s.hop_fit[0]), format_number(s.hop_fit[1]),
-                             format_number(max(abs(r) for r in s.hop_residuals))] for s in hop_fitted
-                            if s.hop_fit is not None])
+                           [[s.name, str(len(s.hops)), format_number(s.hop_fit[0]),
+                             format_number(s.hop_fit[1]),
+                             format_number(max(abs(r) for r in s.hop_residuals))]
+                            for s in hop_fitted if s.hop_fit is not None])
         lines.append("")
 
     fitted = [s for s in result.series if s.fit is not None]

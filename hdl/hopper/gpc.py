@@ -79,8 +79,8 @@ def make_flit_layout(cfg):
 
 
 SM_COUNTERS = ("rx_granules", "expected_granules", "errors", "outstanding_reads",
-               "unacked_flits", "owed_acks", "tx_flits", "frames", "state", "inj_flits", "inj_stalls",
-               "inj_credits_away", "first_bad", "first_wrong", "first_wrong_cycle")
+               "unacked_flits", "owed_acks", "tx_flits", "frames", "state", "inj_flits",
+               "inj_stalls", "inj_credits_away", "first_bad", "first_wrong", "first_wrong_cycle")
 
 
 def counter_names(cfg):

@@ -337,17 +337,17 @@ class LinkPort(wiring.Component):
                          ack_flush.eq(0)]
         with m.Elif(sweep == 0):
             m.d.sync += ack_flush.eq(1)
+
+        def tlp_beats(tlp):
+            # a header beat and the data beats of its length
+            return 1 + Mux(tlp.kind == TlpType.MRD, 0,
+                           (tlp.length + cfg.datapath_bytes - 1) // cfg.datapath_bytes)
         for c in range(N_FC):
             q = rx[c]
             m.d.comb += [deliver.i[c].payload.eq(q.r_data), deliver.i[c].valid.eq(q.r_rdy),
                          q.r_en.eq(deliver.i[c].ready)]
             popped = q.r_rdy & deliver.i[c].ready
             leaving = deliver.i[c].payload
-
-            def tlp_beats(tlp):
-                # a header beat and the data beats of its length
-                return 1 + Mux(tlp.kind == TlpType.MRD, 0,
-                               (tlp.length + cfg.datapath_bytes - 1) // cfg.datapath_bytes)
             # beats of the TLPs taken in whose credits are not yet free: from
             # a TLP's header beat until its credits come free (below); the
             # queue never holds more
