@@ -18,7 +18,7 @@ from .arbiter import RoundRobin
 from .queue import sync_fifo
 
 __all__ = ["CreditLink", "CreditCounter", "VcInputBuffer", "LinkPipeline", "LinkDelay",
-           "StreamToLink"]
+           "StreamToLink", "whole_packets"]
 
 
 class CreditLink(wiring.Signature):
@@ -184,6 +184,20 @@ class VcInputBuffer(wiring.Component):
             with m.If(write & ~queue.w_rdy):
                 m.d.sync += self.o_overflow.eq(1)
         return m
+
+
+def whole_packets(m, link, queue, vc, depth, name):
+    """The whole packets VC ``vc`` of a :class:`VcInputBuffer` holds: a
+    ``Signal(range(depth + 1))`` called ``name``, added to ``m``, that
+    counts the ``last`` flits in the queue, up when ``link`` (the buffer's
+    input, a :class:`CreditLink` member) writes one of that VC, down when
+    one leaves ``queue`` (its output stream ``o[vc]``).  Non-zero: the
+    packet at the head is all in.  ``depth`` is the buffer's depth in flits."""
+    count = Signal(range(depth + 1), name=name)
+    came = link.valid & (link.flit.vc == vc) & link.flit.last
+    went = queue.valid & queue.ready & queue.payload.last
+    m.d.sync += count.eq(count + came - went)
+    return count
 
 
 class LinkPipeline(wiring.Component):

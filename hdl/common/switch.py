@@ -12,7 +12,7 @@ from amaranth.lib.wiring import In, Out
 
 from .arbiter import RoundRobin
 from .queue import sync_fifo
-from .credit import CreditCounter, CreditLink, VcInputBuffer
+from .credit import CreditCounter, CreditLink, VcInputBuffer, whole_packets
 
 __all__ = ["CreditSwitch"]
 
@@ -208,14 +208,10 @@ class CreditSwitch(wiring.Component):
 
     def _whole_packets(self, m, buf, i, v):
         """Input ``i``'s VC ``v`` head, offered (while ``i_store_forward[i]``)
-        only once the buffer holds the packet's ``last`` flit: a count of
-        the ``last`` flits in the queue, up when one is written, down when
-        one leaves."""
-        link, queue = self.i[i], buf.o[v]
-        lasts = Signal(range(self.depths[i] + 1), name=f"lasts_{i}_{v}")
-        came = link.valid & (link.flit.vc == v) & link.flit.last
-        went = queue.valid & queue.ready & queue.payload.last
-        m.d.sync += lasts.eq(lasts + came - went)
+        only once the buffer holds the packet's ``last`` flit
+        (:func:`~hdl.common.credit.whole_packets`)."""
+        queue = buf.o[v]
+        lasts = whole_packets(m, self.i[i], queue, v, self.depths[i], f"lasts_{i}_{v}")
         head = stream.Signature(self.flit_layout).create(path=(f"whole{i}_{v}",))
         m.d.comb += [head.payload.eq(queue.payload),
                      head.valid.eq(queue.valid & (~self.i_store_forward[i] | (lasts != 0))),

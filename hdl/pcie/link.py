@@ -29,7 +29,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..common.queue import sync_fifo
-from ..common.credit import CreditLink, LinkDelay, StreamToLink, VcInputBuffer
+from ..common.credit import CreditLink, LinkDelay, StreamToLink, VcInputBuffer, whole_packets
 from .tlp import DATA_CREDIT_BYTES, FcClass, TlpType, tlp_layout, wire_layout
 
 __all__ = ["LinkPort", "PcieLink", "LinkTiming"]
@@ -214,11 +214,8 @@ class LinkPort(wiring.Component):
                              data_limit[c].eq(wire_in.fc_data[12 * c:12 * c + 12])]
 
         # whole TLPs queued per class: a TLP may start only once its last beat is in
-        whole = [Signal(range(self.tx_queue_beats + 1), name=f"whole{c}") for c in range(N_FC)]
-        for c in range(N_FC):
-            came = self.i.valid & (self.i.flit.vc == c) & self.i.flit.last
-            went = txq.o[c].valid & txq.o[c].ready & txq.o[c].payload.last
-            m.d.sync += whole[c].eq(whole[c] + came - went)
+        whole = [whole_packets(m, self.i, txq.o[c], c, self.tx_queue_beats, f"whole{c}")
+                 for c in range(N_FC)]
         ready_to_start = Signal(N_FC)
         need = []
         for c in range(N_FC):
