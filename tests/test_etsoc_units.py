@@ -639,6 +639,47 @@ def test_the_mesh_check_names_the_first_stray_flit():
                                "first from s1.m5 to s3.m0 at minion cycle 1234")
 
 
+@pytest.mark.parametrize("fabric", ["dsm", "mesh", "pcie"])
+@pytest.mark.parametrize("ended", ["done", "stuck"])
+def test_an_overflow_is_named_before_the_hang_it_causes(fabric, ended):
+    """A flit written into a full buffer is the first fault; the run it then
+    hangs must fail with the overflow, not as only stuck."""
+    import importlib
+
+    from hdl.hopper.config import DsmConfig
+    from hdl.pcie.config import PcieConfig
+    experiments = importlib.import_module(f"sim.experiments.{fabric}")
+    counters = {"overflow": 1, "cycles": 20902}
+    run = {"label": "run 3", "ended": ended, "counters": counters}
+    with pytest.raises(experiments.ExperimentError) as info:
+        if fabric == "dsm":
+            experiments.check_run(DsmConfig(), run)
+        else:
+            cfg = MeshConfig() if fabric == "mesh" else PcieConfig()
+            experiments.check_run(cfg, {"label": "run 3"}, run)
+    message = str(info.value)
+    assert "a buffer overflowed" in message and "run 3" in message
+    assert message.endswith("broken)" if ended == "done"
+                            else "(the run then ended stuck after 20902 cycles)")
+
+
+def test_a_hang_the_seed_expects_must_be_the_watchdog_s():
+    """The naive 2D layout may end stuck (the watchdog named it) or done
+    (its row then says so, and its registers are checked); out of time it
+    fails, since a watchdog that never fires would otherwise pass as "does
+    not hang" only in a row."""
+    from sim.experiments import mesh
+    run = {"label": "naive 2D", "counts": {}, "expect": {}}
+    stuck = {"ended": "stuck", "counters": {"overflow": 0, "cycles": 20140}}
+    mesh.check_expected_hang(CFG, run, stuck)
+    with pytest.raises(mesh.ExperimentError, match=r"^naive 2D: still moving .* a run expected "
+                                                   r"to hang must be stopped by the watchdog$"):
+        mesh.check_expected_hang(CFG, run, dict(stuck, ended="timeout"))
+    with pytest.raises(mesh.ExperimentError, match=r"a buffer overflowed .*ended stuck"):
+        mesh.check_expected_hang(CFG, run, dict(stuck, counters={"overflow": 1,
+                                                                 "cycles": 20140}))
+
+
 def test_a_reduced_build_note_gives_way_to_the_shape_the_user_set():
     """The note that a build has minion 0 alone per shire holds for that build;
     under a user's neighbourhoods=4 the note names the 4 x 1 shape built."""

@@ -3,7 +3,8 @@
 import tomllib
 from importlib import resources
 
-__all__ = ["SetByExperiment", "load_reference", "unfinished", "miscounted_cycles"]
+__all__ = ["SetByExperiment", "load_reference", "unfinished", "sticky_fault",
+           "miscounted_cycles"]
 
 
 class SetByExperiment(ValueError):
@@ -45,6 +46,20 @@ def unfinished(label, ended, cycles, *, stuck="{ended}", watchdog=None):
                 f"configuration); ")
     quiet = f" (no progress for watchdog_cycles = {watchdog})" if watchdog is not None else ""
     return f"{label}: {stuck.format(ended=ended)} after {cycles} cycles{quiet}; "
+
+
+def sticky_fault(label, ended, cycles, what="a buffer overflowed (credit protocol broken)"):
+    """The error for a run that set a sticky fault flag of its top (each
+    fabric's ``overflow``), ``"{label}: {what}"``, with how the run ended
+    when that was not ``done``.
+
+    Such a flag is checked before a run's end: a flit written into a full
+    buffer is the first fault, and the hang that
+    often follows it (a credit counted twice, a flit dropped) is its
+    consequence, so the fault must not be reported as only "stuck".
+    """
+    after = "" if ended == "done" else f" (the run then ended {ended} after {cycles} cycles)"
+    return f"{label}: {what}{after}"
 
 
 #: Clock edges the testbench counts past the top's cycle counter in a run

@@ -17,7 +17,8 @@ from hdl.hopper.config import DsmConfig, cpc_of, tpc_of
 from hdl.hopper.endpoint import CheckReg, GlobalReg, N_CHECKS, N_STREAMS, StreamReg, TrafficKind
 from hdl.hopper.gpc import GLOBAL_SLOT, GpcReg, counter_names, gpc_registers, switch_blocks
 from sim import stall
-from sim.experiments import SetByExperiment, load_reference, miscounted_cycles, unfinished
+from sim.experiments import (SetByExperiment, load_reference, miscounted_cycles, sticky_fault,
+                             unfinished)
 from sim.fit import fit_affine, row_error_pct
 
 __all__ = ["Stream", "ExperimentError", "EXPERIMENTS", "build_runs", "check_overrides",
@@ -187,12 +188,12 @@ def check_run(cfg, run):
     """
     counters = run["counters"]
     label = run["label"]
+    if counters["overflow"]:
+        raise ExperimentError(sticky_fault(f"run {label}", run["ended"], counters["cycles"]))
     if run["ended"] != "done":
         raise ExperimentError(unfinished(f"run {label}", run["ended"], counters["cycles"],
                                          watchdog=cfg.watchdog_cycles)
                               + stuck_report(cfg, counters))
-    if counters["overflow"]:
-        raise ExperimentError(f"run {label}: a buffer overflowed (credit protocol broken)")
     if wrong := miscounted_cycles(f"run {label}", run):
         raise ExperimentError(wrong)
     problems = []

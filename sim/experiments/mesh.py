@@ -22,7 +22,8 @@ from hdl.etsoc.engine import Couple, EngineReg, checksum, combine, register_word
 from hdl.etsoc.mesh import ALL_MINIONS, GLOBAL, Port, counter_names, mesh_registers
 from sim import stall
 from sim.etsoc_placement import N_SHIRES, hop_stats
-from sim.experiments import SetByExperiment, load_reference, miscounted_cycles, unfinished
+from sim.experiments import (SetByExperiment, load_reference, miscounted_cycles, sticky_fault,
+                             unfinished)
 from sim.fit import row_error_pct
 
 __all__ = ["ExperimentError", "EXPERIMENTS", "PingPong", "OneWay", "Cell", "Cells", "Tree",
@@ -38,6 +39,10 @@ FABRIC = "mesh"
 #: cycles per hop and its worst residual from 0.22 to 0.47 cycles, for a
 #: quarter (round trips) to a third (1 KB) fewer simulated cycles.
 EXCHANGES = 3
+
+#: The valid bit of an engine's ``ready_from`` / ``blocked_ready`` counter
+#: (``{valid, source[9:0]}``, :class:`~hdl.etsoc.engine.MinionEngine`).
+READY_VALID = 1 << 10
 
 
 class ExperimentError(RuntimeError):
@@ -633,10 +638,13 @@ def check_run(cfg, run, got):
     every sender holds all its credits (a lost or doubled credit changes no
     timing while others remain, so it shows only there)."""
     label = run["label"]
+    _raise_sticky_faults(label, got)
     if got["ended"] != "done":
         c = got["counters"]
+        # a READY register is {valid, source[9:0]}: only a valid one is held
         held = ", ".join(f"{k}={v:#x}" for k, v in c.items()
-                         if k.endswith(("ready_from", "blocked_ready", "state")))
+                         if k.endswith(".state")
+                         or k.endswith(("ready_from", "blocked_ready")) and v & READY_VALID)
         asleep = [k.rsplit(".", 1)[0] for k, v in c.items() if k.endswith(".state") and v & 8]
         if asleep:
             held += "; asleep waiting for a credit: " + ", ".join(asleep)
@@ -645,8 +653,6 @@ def check_run(cfg, run, got):
                                          stuck="run ended {ended}",
                                          watchdog=cfg.watchdog_cycles) + held)
     counters = got["counters"]
-    if counters["overflow"]:
-        raise ExperimentError(f"{label}: a buffer overflowed (credit protocol broken)")
     if wrong := miscounted_cycles(label, got):
         raise ExperimentError(wrong)
     for key, value in counters.items():
@@ -678,6 +684,13 @@ def check_run(cfg, run, got):
                               f"watchdog_cycles = {cfg.watchdog_cycles} later) at "
                               f"{', '.join(away)} (a credit lost or returned twice on that "
                               "link)")
+
+
+def _raise_sticky_faults(label, got):
+    # checked before how the run ended: the hang that may follow is their consequence
+    c = got["counters"]
+    if c["overflow"]:
+        raise ExperimentError(sticky_fault(label, got["ended"], c.get("cycles")))
 
 
 def credits_away(cfg, settled):
@@ -1361,7 +1374,7 @@ def _layout_rows(cfg, runs, measured):
         c = naive[1]["counters"]
         for name in sorted({k.rsplit(".", 1)[0] for k in c if k.endswith(".ready_from")}):
             held, waiting = c[f"{name}.ready_from"], c[f"{name}.blocked_ready"]
-            if held & 1 << 10 and waiting & 1 << 10:
+            if held & READY_VALID and waiting & READY_VALID:
                 holder = (f"{name} holds {minion_name(held & 0x3FF)}'s READY while "
                           f"{minion_name(waiting & 0x3FF)}'s waits behind it")
     rows.append({"quantity": "naive 2D hangs, the watchdog naming the minion with two "
@@ -1883,10 +1896,25 @@ EXPERIMENTS = {e.name: e for e in (
 )}
 
 
+def check_expected_hang(cfg, run, got):
+    """Raise :class:`ExperimentError` unless a run the seed says hangs (the
+    naive 2D layout, ``run["expect_stuck"]``) ended ``stuck``, the watchdog
+    having seen no progress, without an overflow; or ended ``done`` and passes
+    :func:`check_run` (its row then says the model did not hang).  Ending
+    ``timeout`` fails it: traffic still moving, or a watchdog that never
+    fired, and either way the row's "hangs" would not be the watchdog's."""
+    if got["ended"] == "done":
+        check_run(cfg, run, got)
+        return
+    _raise_sticky_faults(run["label"], got)
+    if got["ended"] != "stuck":
+        raise ExperimentError(unfinished(run["label"], got["ended"], got["counters"].get("cycles"))
+                              + "a run expected to hang must be stopped by the watchdog")
+
+
 def _check_all(cfg, exp, runs, results):
     for run, got in zip(runs, results):     # in order: the first run that went wrong
-        if not run["expect_stuck"]:
-            check_run(cfg, run, got)
+        (check_expected_hang if run["expect_stuck"] else check_run)(cfg, run, got)
     if len(results) != len(runs):
         if results and runs[len(results) - 1]["expect_stuck"]:
             check_run(cfg, runs[len(results) - 1], results[-1])

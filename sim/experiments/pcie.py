@@ -15,7 +15,8 @@ from hdl.pcie.gpu import TAG_CLASH_BIT, GpuMode, GpuReg
 from hdl.pcie.system import GLOBAL, counter_names, crossbars, system_registers
 from hdl.pcie.tlp import HOST_NODE, STAGE_SHIFT, FcClass, TlpType
 from sim import stall
-from sim.experiments import SetByExperiment, load_reference, miscounted_cycles, unfinished
+from sim.experiments import (SetByExperiment, load_reference, miscounted_cycles, sticky_fault,
+                             unfinished)
 from sim.fit import error_pct, fit_affine
 
 __all__ = ["EXPERIMENTS", "Experiment", "ExperimentError", "SIZE_FIELDS", "build_runs",
@@ -305,6 +306,11 @@ def check_run(cfg, run, got):
     byte changes no bandwidth while others remain, so it shows only there)."""
     label = run["label"]
     c = got["counters"]
+    if c["overflow"]:
+        raise ExperimentError(sticky_fault(label, got["ended"], c["cycles"],
+                                         "a buffer overflowed, or a link receiver held more "
+                                         "beats than the TLPs whose credits are not yet free "
+                                         "(flow control broken)"))
     if got["ended"] != "done":
         waiting = [f"gpu{g} has {c[f'gpu{g}.rx_bytes']} of {run['expect'][g]} B"
                    for g in range(cfg.gpus) if c[f"gpu{g}.rx_bytes"] != run["expect"][g]]
@@ -316,10 +322,6 @@ def check_run(cfg, run, got):
                                          stuck="run ended {ended}",
                                          watchdog=cfg.watchdog_cycles)
                               + "; ".join(waiting + stall.describe(c, stall_blocks(cfg))))
-    if c["overflow"]:
-        raise ExperimentError(f"{label}: a buffer overflowed, or a link receiver held more "
-                              "beats than the TLPs whose credits are not yet free (flow control "
-                              "broken)")
     if wrong := miscounted_cycles(label, got):
         raise ExperimentError(wrong)
     # The bandwidths are bytes over the GPUs' ``now`` stamps; ``now`` is read
