@@ -227,7 +227,7 @@ def _gpc(cfg):
 
 def _mesh_router(cfg):
     from hdl.etsoc.mesh import MeshRouter, make_flit_layout
-    return MeshRouter(cfg, make_flit_layout(cfg))
+    return MeshRouter(cfg, make_flit_layout(cfg), checks=False)
 
 
 def _minion_engine(cfg):

@@ -9,7 +9,8 @@ minion cycles from the RTL's counters; nanoseconds use the nominal 600 MHz.
 
 For every run of the plan: write the engines' registers, fill the register
 files, start, wait for ``done`` (or the watchdog's ``stuck``), read the
-counters the run names, then checksum the register files and read those, and
+counters the run names (and, if any router's route check flagged a flit,
+every router's ``misrouted``), then checksum the register files and read those, and
 every sender's ``credits_away`` (the run's ``settled``: all must be 0 once the
 mesh is at rest, so they are read until they are, for at most the plan's
 ``settle_cycles``, the watchdog's limit; the last ACKs of a large mesh may
@@ -34,6 +35,7 @@ async def run_plan(dut):
                     clocks=(("clk", clocks["clk"]), ("mesh_clk", clocks["mesh_clk"])))
     await tb.start()
     away = [n for n in plan["counter_names"] if n.endswith("credits_away")]
+    misrouted = [n for n in plan["counter_names"] if n.endswith(".misrouted")]
     results = []
     for index, run in enumerate(plan["runs"]):
         await tb.write(run["writes"])
@@ -42,8 +44,10 @@ async def run_plan(dut):
             raise RuntimeError(f"run {index} ({run['label']}): register fill did not finish")
         ended, clock_cycles = await tb.run(plan["run_cycles"])
         entry = {"label": run["label"], "ended": ended or "timeout", "clock_cycles": clock_cycles,
-                 "counters": await tb.read_counters(["cycles", "stuck", "overflow"]
+                 "counters": await tb.read_counters(["cycles", "stuck", "overflow", "misrouted"]
                                                     + run["read"])}
+        if entry["counters"]["misrouted"]:
+            entry["counters"].update(await tb.read_counters(misrouted))
         if ended == "done":
             await tb.pulse("ctl_verify")
             if await tb.wait_for("verify_done", plan["init_cycles"]) is None:

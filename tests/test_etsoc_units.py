@@ -3,7 +3,7 @@
 import functools
 
 import pytest
-from amaranth import Module
+from amaranth import Module, Signal
 from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
@@ -189,6 +189,50 @@ def test_link_pipeline_delays_by_its_stages():
     sim.run()
     assert [t for t, (v, _) in enumerate(out) if v] == [3]
     assert out[3][1] == 0x5A
+
+
+@pytest.mark.parametrize("order", ["xy", "yx"])
+def test_a_router_flags_a_flit_sent_off_dimension_order(order):
+    """Router (2, 2) takes a flit from its shire for shire 1, at cell (0, 3)
+    in the default placement: west first.  A router that routes Y before X
+    (same hops, same latency) sends it south, and its route check, which
+    reads only what leaves the crossbar, flags that output."""
+    from hdl.etsoc.mesh import MeshRouter, Port
+
+    class YFirst(MeshRouter):
+        def route(self, m, flit, i):
+            tx, ty = self.destination_cell(flit)
+            out = Signal(Port, name=f"route_{i}")
+            with m.If(ty > self.i_y):
+                m.d.comb += out.eq(Port.SOUTH)
+            with m.Else():
+                m.d.comb += out.eq(super().route(m, flit, i))
+            return out
+
+    assert CFG.placement[1] == (0, 3)
+    dut = (MeshRouter if order == "xy" else YFirst)(CFG, LAYOUT)
+    left = []
+
+    async def bench(ctx):
+        ctx.set(dut.i_x, 2)
+        ctx.set(dut.i_y, 2)
+        ctx.set(dut.i[Port.LOCAL].valid, 1)
+        ctx.set(dut.i[Port.LOCAL].flit.dst, 1 << 5)
+        await ctx.tick()
+        ctx.set(dut.i[Port.LOCAL].valid, 0)
+        for _ in range(8):
+            left.extend(p for p in Port if ctx.get(dut.o[p].valid))
+            await ctx.tick()
+        left.append(ctx.get(dut.o_misrouted))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-9)
+    sim.add_testbench(bench)
+    sim.run()
+    if order == "xy":
+        assert left == [Port.WEST, 0]
+    else:
+        assert left == [Port.SOUTH, 1 << Port.SOUTH]
 
 
 def test_tree_edges_of_a_neighbourhood():

@@ -106,6 +106,9 @@ class MeshRouter(wiring.Component):
         ``router_hop_mesh_cycles`` and ``link_buffer_flits``.
     flit_layout : StructLayout
         Flit layout (``node_bits`` 10).
+    checks : bool
+        Build the route check, ``o_misrouted`` (``False`` for synthesis: it
+        is a checker, not part of the router).
 
     Members
     -------
@@ -130,11 +133,20 @@ class MeshRouter(wiring.Component):
         0 once the mesh is at rest).
     o_overflow : Out(1)
         Sticky: a buffer overflowed (credit protocol broken).
+    o_misrouted : Out(5)
+        Sticky, bit ``port`` (0 without ``checks``): a flit left that output
+        when dimension order would not send it there.  East only while its
+        destination column is east of the router, west likewise, north and
+        south only in its destination column, and local only at its
+        destination cell.  Checked on what leaves the crossbar, apart from
+        the route the inputs choose, so a route that is one hop too long or
+        takes Y before X (same hop count, same latency) is caught.
     """
 
-    def __init__(self, cfg, flit_layout):
+    def __init__(self, cfg, flit_layout, *, checks=True):
         self.cfg = cfg
         self.flit_layout = flit_layout
+        self.checks = bool(checks)
         link = CreditLink(flit_layout)
         coord = range(max(cfg.mesh_cols, cfg.mesh_rows, 2))   # at least one bit wide
         super().__init__({
@@ -142,35 +154,40 @@ class MeshRouter(wiring.Component):
             "i": In(link).array(5), "o": Out(link).array(5),
             "o_flits": Out(32).array(5), "o_stalls": Out(32).array(5), "o_overflow": Out(1),
             "o_occupied": Out(10), "o_no_credit": Out(10), "o_wants": Out(10).array(5),
-            "o_credits_away": Out(10),
+            "o_credits_away": Out(10), "o_misrouted": Out(5),
         })
+
+    def destination_cell(self, flit):
+        """``(x, y)``, values of the cell of ``flit``'s destination shire
+        (``dst[9:5]``) in ``cfg.placement``."""
+        coord = range(max(self.cfg.mesh_cols, self.cfg.mesh_rows, 2))   # at least one bit wide
+        shire = flit.dst[5:10]
+        return (Array(Const(c[0], coord) for c in self.cfg.placement)[shire],
+                Array(Const(c[1], coord) for c in self.cfg.placement)[shire])
+
+    def route(self, m, flit, i):
+        """The output, a ``Signal(Port)`` driven in ``m``, that input ``i``
+        sends ``flit`` to: dimension order, X first, then Y, then local."""
+        tx, ty = self.destination_cell(flit)
+        out = Signal(Port, name=f"route_{i}")
+        with m.If(tx > self.i_x):
+            m.d.comb += out.eq(Port.EAST)
+        with m.Elif(tx < self.i_x):
+            m.d.comb += out.eq(Port.WEST)
+        with m.Elif(ty < self.i_y):
+            m.d.comb += out.eq(Port.NORTH)
+        with m.Elif(ty > self.i_y):
+            m.d.comb += out.eq(Port.SOUTH)
+        with m.Else():
+            m.d.comb += out.eq(Port.LOCAL)
+        return out
 
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
-        coord = range(max(cfg.mesh_cols, cfg.mesh_rows, 2))   # at least one bit wide
-        xs = Array(Const(c[0], coord) for c in cfg.placement)
-        ys = Array(Const(c[1], coord) for c in cfg.placement)
-
-        def route(m, flit, i):
-            shire = flit.dst[5:10]
-            tx, ty = xs[shire], ys[shire]
-            out = Signal(Port, name=f"route_{i}")
-            with m.If(tx > self.i_x):
-                m.d.comb += out.eq(Port.EAST)
-            with m.Elif(tx < self.i_x):
-                m.d.comb += out.eq(Port.WEST)
-            with m.Elif(ty < self.i_y):
-                m.d.comb += out.eq(Port.NORTH)
-            with m.Elif(ty > self.i_y):
-                m.d.comb += out.eq(Port.SOUTH)
-            with m.Else():
-                m.d.comb += out.eq(Port.LOCAL)
-            return out
-
         depth = cfg.link_buffer_flits
         m.submodules.switch = switch = CreditSwitch(
-            flit_layout=self.flit_layout, n_in=5, n_out=5, route=route, depth=depth,
+            flit_layout=self.flit_layout, n_in=5, n_out=5, route=self.route, depth=depth,
             out_credits=depth)
         for p in range(5):
             wiring.connect(m, wiring.flipped(self.i[p]), switch.i[p])
@@ -186,6 +203,17 @@ class MeshRouter(wiring.Component):
                      self.o_occupied.eq(switch.o_occupied),
                      self.o_no_credit.eq(switch.o_no_credit),
                      self.o_credits_away.eq(switch.o_credits_away)]
+        if self.checks:
+            for p in Port:
+                out = switch.o[p]
+                tx, ty = self.destination_cell(out.flit)
+                here_x, here_y = tx == self.i_x, ty == self.i_y
+                allowed = {Port.EAST: tx > self.i_x, Port.WEST: tx < self.i_x,
+                           Port.NORTH: here_x & (ty < self.i_y),
+                           Port.SOUTH: here_x & (ty > self.i_y),
+                           Port.LOCAL: here_x & here_y}[p]
+                with m.If(out.valid & ~allowed):
+                    m.d.sync += self.o_misrouted[p].eq(1)
         return m
 
 
@@ -209,16 +237,18 @@ def counter_names(cfg):
     ``router_<x>_<y>.credits_away``, ``s<s>.credits_away`` (see
     :class:`~hdl.etsoc.shire.Shire`) and ``s<s>.port_credits_away`` (see
     :class:`ShirePort`) name the senders not holding all their credits: all
-    0 once the mesh is at rest.
+    0 once the mesh is at rest.  ``router_<x>_<y>.misrouted`` is the
+    router's sticky route check (:attr:`MeshRouter.o_misrouted`, one bit per
+    output) and ``misrouted`` is set while any of them is: 0 always.
     """
-    names = ["cycles", "stuck", "idle_cycles", "overflow"]
+    names = ["cycles", "stuck", "idle_cycles", "overflow", "misrouted"]
     for s in range(cfg.compute_shires):
         for k in range(cfg.minions_per_shire):
             names += [f"s{s}.m{k}.{c}" for c in ENGINE_COUNTERS]
     for y in range(cfg.mesh_rows):
         for x in range(cfg.mesh_cols):
             names += [f"router_{x}_{y}.occupied", f"router_{x}_{y}.no_credit",
-                      f"router_{x}_{y}.credits_away"]
+                      f"router_{x}_{y}.credits_away", f"router_{x}_{y}.misrouted"]
             names += [f"router_{x}_{y}.in{p}.wants" for p in range(len(Port))]
     for s in range(cfg.compute_shires):
         names += [f"s{s}.credits_away", f"s{s}.port_credits_away"]
@@ -492,9 +522,9 @@ class EtSocMesh(wiring.Component):
     cfg : MeshConfig
         Structural fields shape the RTL (see :class:`MeshConfig`).
     checks : bool
-        Build the minions' data checks (``False`` for synthesis, see
-        :class:`~hdl.etsoc.engine.MinionEngine`; then ``verify_done`` never
-        rises).
+        Build the minions' data checks and the routers' route checks
+        (``False`` for synthesis, see :class:`~hdl.etsoc.engine.MinionEngine`
+        and :class:`MeshRouter`; then ``verify_done`` never rises).
 
     Members
     -------
@@ -561,7 +591,7 @@ class EtSocMesh(wiring.Component):
         for y in range(cfg.mesh_rows):
             for x in range(cfg.mesh_cols):
                 router = SharedModule(MeshRouter, "etsoc_mesh_router", cfg=cfg,
-                                      flit_layout=layout)
+                                      flit_layout=layout, checks=self.checks)
                 m.submodules[f"router_{x}_{y}"] = DomainRenamer("mesh")(router)
                 m.d.comb += [router.i_x.eq(x), router.i_y.eq(y)]
                 routers[x, y] = router
@@ -639,7 +669,8 @@ class EtSocMesh(wiring.Component):
         # --- counters -------------------------------------------------------
         # Engine counters are read through their shire: shire s holds indices
         # base + s * per_shire onwards (counter_names order).
-        head = [watchdog.o_cycles, self.stuck, watchdog.o_idle, Cat(*overflow).any()]
+        head = [watchdog.o_cycles, self.stuck, watchdog.o_idle, Cat(*overflow).any(),
+                Cat(*(r.o_misrouted for r in routers.values())).any()]
         per_shire = cfg.minions_per_shire * len(ENGINE_COUNTERS)
         tail_base = len(head) + len(shires) * per_shire
         tail = []
@@ -647,7 +678,7 @@ class EtSocMesh(wiring.Component):
             for x in range(cfg.mesh_cols):
                 router = routers[x, y]
                 tail += [router.o_occupied, router.o_no_credit, router.o_credits_away,
-                         *router.o_wants]
+                         router.o_misrouted, *router.o_wants]
         for shire, port in zip(shires, ports, strict=True):
             tail += [shire.o_credits_away, port.o_credits_away]
         assert tail_base + len(tail) == len(counter_names(cfg))

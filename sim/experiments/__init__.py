@@ -50,11 +50,11 @@ def unfinished(label, ended, cycles, *, stuck="{ended}", watchdog=None):
 
 def sticky_fault(label, ended, cycles, what="a buffer overflowed (credit protocol broken)"):
     """The error for a run that set a sticky fault flag of its top (each
-    fabric's ``overflow``), ``"{label}: {what}"``, with how the run ended
-    when that was not ``done``.
+    fabric's ``overflow``; the mesh's ``misrouted``), ``"{label}: {what}"``,
+    with how the run ended when that was not ``done``.
 
     Such a flag is checked before a run's end: a flit written into a full
-    buffer is the first fault, and the hang that
+    buffer, or sent the wrong way, is the first fault, and the hang that
     often follows it (a credit counted twice, a flit dropped) is its
     consequence, so the fault must not be reported as only "stuck".
     """

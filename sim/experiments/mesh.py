@@ -691,6 +691,20 @@ def _raise_sticky_faults(label, got):
     c = got["counters"]
     if c["overflow"]:
         raise ExperimentError(sticky_fault(label, got["ended"], c.get("cycles")))
+    if c.get("misrouted"):
+        raise ExperimentError(sticky_fault(label, got["ended"], c.get("cycles"),
+                                           misrouted_report(c)))
+
+
+def misrouted_report(counters):
+    """What the routers' route checks saw (``router_<x>_<y>.misrouted`` of
+    ``counters``, :attr:`~hdl.etsoc.mesh.MeshRouter.o_misrouted`): ``"a
+    flit left router_1_2.east, ... where dimension-order routing would not
+    send it (misrouted)"``."""
+    where = [f"{k[:-len('.misrouted')]}.{p.name.lower()}" for k, v in counters.items()
+             if k.endswith(".misrouted") for p in Port if v >> p & 1]
+    return (f"a flit left {', '.join(where) or 'a router'} where dimension-order routing "
+            "would not send it (misrouted)")
 
 
 def credits_away(cfg, settled):
