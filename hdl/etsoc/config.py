@@ -117,8 +117,8 @@ class MeshConfig(ConfigBase):
                                          "neighbourhood, enough to cover the credit round trip "
                                          "of the default crossbar stage (crossbar_cycles 19) at "
                                          "one flit per cycle (not in the seed)")
-    watchdog_cycles: int = _hw(20000, "no engine progress for this many minion cycles "
-                                                "ends a run (a model setting, not in the seed)")
+    watchdog_cycles: int = _hw(20000, "no engine or router moving a flit for this many minion "
+                                      "cycles ends a run (a model setting, not in the seed)")
 
     def __post_init__(self):
         def need(name, ok, allowed):

@@ -220,9 +220,10 @@ class MeshRouter(wiring.Component):
 def counter_names(cfg):
     """Names of the readable counters, in ``rd_addr`` order.
 
-    ``cycles`` and ``idle_cycles`` (cycles since the start, and since the
-    last engine progress) count minion cycles (600 MHz), as do the engines'
-    time stamps (``first_rx``, ``last_rx``, ``first_stray_cycle``).
+    ``cycles`` and ``idle_cycles`` (cycles since the start, and since an
+    engine or a router last moved a flit) count minion cycles (600 MHz), as
+    do the engines' time stamps (``first_rx``, ``last_rx``,
+    ``first_stray_cycle``).
     ``s<shire>.m<k>.state`` packs, low bit first: done, init_done, verify_done,
     sleeping (in a credit wait with no credit); bits 8 to 23 hold the credits
     received and not yet taken.
@@ -555,8 +556,8 @@ class EtSocMesh(wiring.Component):
         used); every engine's messages sent and received; every checksum
         ready.
     stuck : Out(1)
-        Watchdog: no engine moved a flit for ``watchdog_cycles`` minion cycles
-        while the run was not done.
+        Watchdog: no engine and no router moved a flit for
+        ``watchdog_cycles`` minion cycles while the run was not done.
     rd_addr : In(16)
         Counter index (see :func:`counter_names`).
     rd_data : Out(32)
@@ -660,10 +661,23 @@ class EtSocMesh(wiring.Component):
             m.d.sync += running.eq(0)
         with m.Elif(self.ctl_start):
             m.d.sync += running.eq(1)
+        # A flit leaving a router is progress too: with a mesh clock slow
+        # against the minions' a long route leaves every engine quiet for
+        # many minion cycles while its flits move.  The mesh-clock toggle
+        # crosses to the minion clock in two flip-flops; a change seen there
+        # is progress (a mesh far faster than the minions may toggle twice
+        # between samples, but then its routes are short in minion cycles).
+        mesh_moved = Signal()
+        with m.If(Cat(*(r.o[p].valid for r in routers.values() for p in Port)).any()):
+            m.d.mesh += mesh_moved.eq(~mesh_moved)
+        moved_seen, moved_last = Signal(), Signal()
+        m.submodules.sync_mesh_moved = FFSynchronizer(mesh_moved, moved_seen, o_domain="sync")
+        m.d.sync += moved_last.eq(moved_seen)
         m.submodules.watchdog = watchdog = Watchdog(cfg.watchdog_cycles)
         m.d.comb += [watchdog.i_clear.eq(self.ctl_init | self.ctl_start),
                      watchdog.i_active.eq(running & ~self.done),
-                     watchdog.i_progress.eq(Cat(*(sh.o_progress for sh in shires)).any()),
+                     watchdog.i_progress.eq(Cat(*(sh.o_progress for sh in shires)).any()
+                                            | (moved_seen != moved_last)),
                      self.stuck.eq(watchdog.o_stuck)]
 
         # --- counters -------------------------------------------------------
