@@ -264,6 +264,15 @@ def test_fewer_shires_take_the_default_placement_s_first_cells():
     assert given.replace(router_hop_mesh_cycles=3).placement == ((5, 5), (4, 5))
     with pytest.raises(ValueError, match="placement must be 3 "):
         given.replace(compute_shires=3)
+    # a mesh too small for the default's cells says the default is the one outside it
+    with pytest.raises(ValueError, match=r"^placement must be cells inside the 2x1 mesh "
+                                         r"\(mesh_cols x mesh_rows\); the default, the first "
+                                         r"compute_shires cells of the seed's 6x6 map, is not: "
+                                         r"give placement=x0,y0,x1,y1,\.\.\., not "
+                                         r"\(\(0, 0\), \(0, 3\)\)$"):
+        MeshConfig(mesh_cols=2, mesh_rows=1, compute_shires=2)
+    assert MeshConfig(mesh_cols=2, mesh_rows=1, compute_shires=2,
+                      placement=((1, 0), (0, 0))).placement == ((1, 0), (0, 0))
 
 
 def test_one_credit_per_link_elaborates():

@@ -189,6 +189,7 @@ class MeshConfig(ConfigBase):
             placement = tuple(zip(placement[::2], placement[1::2]))
         need("placement", all(isinstance(c, (tuple, list)) for c in placement),
              "(x, y) cells, one per compute shire")
+        defaulted = not placement
         placement = (tuple(tuple(c) for c in placement)
                      or DEFAULT_PLACEMENT[:self.compute_shires])
         object.__setattr__(self, "placement", placement)
@@ -198,7 +199,9 @@ class MeshConfig(ConfigBase):
                                                   for v in c)
                               and 0 <= c[0] < self.mesh_cols and 0 <= c[1] < self.mesh_rows
                               for c in placement),
-             f"cells inside the {self.mesh_cols}x{self.mesh_rows} mesh (mesh_cols x mesh_rows)")
+             f"cells inside the {self.mesh_cols}x{self.mesh_rows} mesh (mesh_cols x mesh_rows)"
+             + ("; the default, the first compute_shires cells of the seed's 6x6 map, is "
+                "not: give placement=x0,y0,x1,y1,..." if defaulted else ""))
         need("placement", len(set(placement)) == len(placement),
              "distinct cells (one shire per cell)")
 
