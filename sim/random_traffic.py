@@ -15,9 +15,10 @@ register (ET-SoC-1) is checked at its destination and every run must end
 * ``pcie``: copies between random GPUs (each sending and receiving at most
   once), pushed, pulled or staged through host memory, random TLP sizes
   from the datapath width to the mode's limit (seed 001).
-* ``mesh``: ping-pongs, one-way streams, credit round trips and coupled
-  rings on distinct random minions, 1 to 127 registers per message, random
-  combine operation (seed 002).
+* ``mesh``: ping-pongs, one-way streams, credit round trips, coupled
+  rings and hardware allreduce trees (random tree levels and root, up to
+  ``registers`` registers, add, max or min) on distinct random minions, 1 to
+  127 registers per message, random combine operation (seed 002).
 """
 
 from __future__ import annotations
@@ -243,9 +244,11 @@ def _mesh(rng, seed, small, n_runs, dirty):
         free = rng.sample(minions, len(minions))
 
         def draw():
-            kind = rng.choice(("ping", "oneway", "credit", "ring"))
+            kind = rng.choice(("ping", "oneway", "credit", "ring", "tree"))
             nregs, op = rng.randint(1, most), rng.randrange(len(COMBINE_OPS))
             exchanges = rng.randint(2, 4)
+            if kind == "tree":
+                return draw_tree()
             if kind == "ring":
                 ring = [free.pop() for _ in range(min(len(free), rng.randint(2, 4)))]
                 if len(ring) < 2:
@@ -258,6 +261,20 @@ def _mesh(rng, seed, small, n_runs, dirty):
             cls = {"ping": mesh.PingPong, "oneway": mesh.OneWay,
                    "credit": mesh.CreditPingPong}[kind]
             return cls(a, b, nregs, op, exchanges)
+
+        def draw_tree():
+            levels = [b for b, _ in mesh.tree_levels(cfg)]
+            mask = sum(1 << b for b in rng.sample(levels, rng.randint(1, len(levels))))
+            roots = [g for g in free if g & mask == 0
+                     and set(mesh.Tree(mask, base=g).members) <= set(free)]
+            if not roots:
+                return None
+            tree = mesh.Tree(mask, base=rng.choice(roots),
+                             nregs=rng.randint(1, min(most, cfg.registers)),
+                             op=rng.randrange(1, len(COMBINE_OPS)))
+            for g in tree.members:
+                free.remove(g)
+            return tree
 
         label = f"seed {seed} run {k}"
         draws = [d for d in (draw() for _ in range(rng.randint(1, 4))) if d is not None]
@@ -282,6 +299,8 @@ def _messages(program):
         return len(program.pairs) * program.exchanges
     if isinstance(program, mesh.OneWay):
         return program.exchanges
+    if isinstance(program, mesh.Tree):
+        return 2 * (len(program.members) - 1)   # each edge up, then down
     return 2 * program.exchanges
 
 

@@ -11,6 +11,7 @@ command that re-runs it.
 """
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -37,6 +38,17 @@ def test_a_seed_draws_the_same_runs_every_time(fabric):
     again = trial(fabric, 7)
     assert [r["writes"] for r in trial(fabric, 7).runs] == [r["writes"] for r in again.runs]
     assert [r["writes"] for r in trial(fabric, 8).runs] != [r["writes"] for r in again.runs]
+
+
+@pytest.mark.parametrize("small", [False, True])
+def test_the_ci_seeds_draw_allreduce_trees(small):
+    """Seeds 1 and 2 (``make test``'s) draw hardware allreduce trees among the
+    mesh's programs, max or min among them: a tree's combine is checked in a
+    run, not only in a unit test."""
+    traffic = "; ".join(run["traffic"] for seed in (1, 2)
+                        for run in trial("mesh", seed, small=small).runs)
+    ops = re.findall(r"Tree\(levels=\d+, base=\d+, nregs=\d+, op=(\d)", traffic)
+    assert ops and {"2", "3"} & set(ops), traffic
 
 
 def test_main_rejects_bad_arguments(tmp_path, capsys):

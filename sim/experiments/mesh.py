@@ -27,10 +27,11 @@ from sim.experiments import (SetByExperiment, load_reference, miscounted_cycles,
 from sim.fit import row_error_pct
 
 __all__ = ["ExperimentError", "EXPERIMENTS", "PingPong", "OneWay", "Cell", "Cells", "Tree",
-           "slowdown_bound",
-           "Flows", "CreditPingPong", "Barrier", "Part", "reference", "build_config", "build_parts", "build_runs",
-           "build_run", "plan", "analyse", "check_run", "minion_name", "expected_checksums",
-           "pairs_runs", "sample_pairs", "broadcast_writes", "build_notes", "COMBINING_OPS"]
+           "slowdown_bound", "Flows", "CreditPingPong", "Barrier", "Part", "reference",
+           "build_config", "build_parts", "build_runs", "build_run", "plan", "analyse",
+           "check_run", "check_expected_hang", "misrouted_report", "minion_name",
+           "expected_checksums", "tree_levels", "pairs_runs", "sample_pairs",
+           "broadcast_writes", "build_notes", "COMBINING_OPS"]
 
 FABRIC = "mesh"
 #: Ping-pong exchanges per measured round trip; the round trip is the spacing
@@ -1414,9 +1415,11 @@ TREE_SOURCE = ("002_ef78cf597185d0e6.txt, 'Reduction trees': 'Each level adds ab
                "trip between the minions it pairs'")
 
 
-def _levels(cfg):
-    """``[(level, path)]`` the build has: minion-index bits (tree edges inside a
-    neighbourhood, then the crossbar), then shire-index bits (the mesh)."""
+def tree_levels(cfg):
+    """``[(level, path)]``, the hardware tree levels (0 to 9) the build of
+    ``cfg`` has and the path each crosses (``"tree_edge"``, ``"crossbar"`` or
+    ``"mesh"``): minion-index bits (tree edges inside a neighbourhood, then
+    the crossbar), then shire-index bits (the mesh)."""
     out = [(b, "tree_edge") for b in range(5) if 1 << b < cfg.minions_per_neighbourhood]
     out += [(b, "crossbar") for b in range(5)
             if cfg.minions_per_neighbourhood <= 1 << b < cfg.minions_per_shire]
@@ -1435,7 +1438,7 @@ def _tree_sweep(levels, what):
 
 
 def _tree_shire_runs(cfg):
-    levels = [lp for lp in _levels(cfg) if lp[1] != "mesh"]
+    levels = [lp for lp in tree_levels(cfg) if lp[1] != "mesh"]
     if not levels:
         raise ValueError("neighbourhoods x minions_per_neighbourhood must be at least 2 for a "
                          "tree inside a shire")
@@ -1443,14 +1446,14 @@ def _tree_shire_runs(cfg):
 
 
 def _tree_chip_runs(cfg):
-    levels = [lp for lp in _levels(cfg) if lp[1] == "mesh"]
+    levels = [lp for lp in tree_levels(cfg) if lp[1] == "mesh"]
     if not levels:
         raise ValueError("compute_shires must be at least 2 for a tree over the mesh")
     yield from _tree_sweep(levels, "shires' minion 0")
 
 
 def _tree_all_runs(cfg):
-    levels = _levels(cfg)
+    levels = tree_levels(cfg)
     if not levels:
         raise ValueError("compute_shires x neighbourhoods x minions_per_neighbourhood must be "
                          "at least 2 for a tree over every minion")
