@@ -13,8 +13,9 @@ counters the run names (and, if any router's route check flagged a flit,
 every router's ``misrouted``), then checksum the register files and read those, and
 every sender's ``credits_away`` (the run's ``settled``: all must be 0 once the
 mesh is at rest, so they are read until they are, for at most the plan's
-``settle_cycles``, the watchdog's limit; the last ACKs of a large mesh may
-still be on their way when the checksum ends).  The runs stop after one that
+``settle_cycles``, :func:`sim.experiments.mesh.settle_cycles`; the last ACKs
+of a large mesh, or of a slow mesh clock, may still be on their way when the
+checksum ends).  The runs stop after one that
 ends stuck or with the sticky ``overflow`` flag set.
 """
 

@@ -268,7 +268,8 @@ def test_every_shire_reduces_at_once_as_fast_as_one_alone(verilog, tmp_path):
                               ("s7.port_credits_away", 0b100, "s7.port.down.req")):
         leaked = dict(got[1], settled={**got[1]["settled"], name: bits})
         with pytest.raises(mesh.ExperimentError, match=rf"credits not home after the checksum "
-                                                       rf"\(nor watchdog_cycles = \d+ later\) "
+                                                       rf"\(nor {mesh.settle_cycles(CFG)} minion "
+                                                       rf"cycles later\) "
                                                        rf"at {where} \(a credit lost"):
             mesh.check_run(CFG, runs[1], leaked)
     fast = dict(got[1], clock_cycles=got[1]["clock_cycles"] + 1)

@@ -30,7 +30,7 @@ __all__ = ["ExperimentError", "EXPERIMENTS", "PingPong", "OneWay", "Cell", "Cell
            "slowdown_bound", "Flows", "CreditPingPong", "Barrier", "Part", "reference",
            "build_config", "build_parts", "build_runs", "build_run", "plan", "analyse",
            "check_run", "check_expected_hang", "misrouted_report", "minion_name",
-           "expected_checksums", "tree_levels", "pairs_runs", "sample_pairs",
+           "expected_checksums", "tree_levels", "settle_cycles", "pairs_runs", "sample_pairs",
            "broadcast_writes", "build_notes", "COMBINING_OPS"]
 
 FABRIC = "mesh"
@@ -602,12 +602,20 @@ def plan(cfg, runs):
             "clock_ps": {"clk": round(1e6 / cfg.minion_mhz), "mesh_clk": round(1e6 / cfg.mesh_mhz)},
             "init_cycles": 4 * cfg.registers * cfg.flits_per_register * 8 + 1000,
             "run_cycles": 2 * cfg.watchdog_cycles + 2000 * longest * slowdown_bound(cfg),
-            "settle_cycles": cfg.watchdog_cycles}
+            "settle_cycles": settle_cycles(cfg)}
+
+
+def settle_cycles(cfg):
+    """Minion cycles the testbench reads the senders' ``credits_away`` after
+    the checksum, until all are 0: ``watchdog_cycles`` times
+    :func:`slowdown_bound` (the last ACKs of a large mesh, or of a mesh clock
+    slow against the minions', may still be on their way)."""
+    return cfg.watchdog_cycles * slowdown_bound(cfg)
 
 
 def slowdown_bound(cfg):
-    """An integer of at least 1 that a run's cycle limit is multiplied by
-    (a margin, never a result) for the settings that slow a stream most: a
+    """An integer of at least 1 that a run's cycle limit and its settle read
+    (:func:`settle_cycles`) are multiplied by (a margin, never a result) for the settings that slow a stream most: a
     window of ``w`` flits (``mesh_window_flits`` or ``send_window_flits``)
     below the seed's 51 streams up to ``51 / w`` times slower, a mesh clock
     slower against the minion clock than the seed's 400 to 600 MHz, or a
@@ -682,7 +690,7 @@ def check_run(cfg, run, got):
                                   "register data lost, duplicated or corrupted")
     if away := credits_away(cfg, got.get("settled", {})):
         raise ExperimentError(f"{label}: credits not home after the checksum (nor "
-                              f"watchdog_cycles = {cfg.watchdog_cycles} later) at "
+                              f"{settle_cycles(cfg)} minion cycles later) at "
                               f"{', '.join(away)} (a credit lost or returned twice on that "
                               "link)")
 
