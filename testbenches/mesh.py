@@ -10,13 +10,14 @@ minion cycles from the RTL's counters; nanoseconds use the nominal 600 MHz.
 For every run of the plan: write the engines' registers, fill the register
 files, start, wait for ``done`` (or the watchdog's ``stuck``), read the
 counters the run names (and, if any router's route check flagged a flit,
-every router's ``misrouted``), then checksum the register files and read those, and
-every sender's ``credits_away`` (the run's ``settled``: all must be 0 once the
-mesh is at rest, so they are read until they are, for at most the plan's
+every router's ``misrouted``), then checksum the register files and read
+those, and every sender's ``credits_away`` and the mesh stops'
+``stops_busy`` (the run's ``settled``: all must be 0 once the mesh is at
+rest, so they are read until they are, for at most the plan's
 ``settle_cycles``, :func:`sim.experiments.mesh.settle_cycles`; the last ACKs
-of a large mesh, or of a slow mesh clock, may still be on their way when the
-checksum ends).  The runs stop after one that
-ends stuck or with the sticky ``overflow`` flag set.
+of a large mesh, or of a slow mesh clock, may still be on their way when
+the checksum ends).  The runs stop after one that ends stuck, with the
+sticky ``overflow`` flag set, or with anything of ``settled`` left non-zero.
 """
 
 import cocotb
@@ -35,7 +36,7 @@ async def run_plan(dut):
     tb = RegisterTB(dut, plan["counter_names"],
                     clocks=(("clk", clocks["clk"]), ("mesh_clk", clocks["mesh_clk"])))
     await tb.start()
-    away = [n for n in plan["counter_names"] if n.endswith("credits_away")]
+    away = [n for n in plan["counter_names"] if n.endswith("credits_away") or n == "stops_busy"]
     misrouted = [n for n in plan["counter_names"] if n.endswith(".misrouted")]
     results = []
     for index, run in enumerate(plan["runs"]):
@@ -63,6 +64,8 @@ async def run_plan(dut):
         dut._log.info("run %d/%d %s: %s%s after %d cycles", index + 1, len(plan["runs"]),
                       run["label"], entry["ended"], ", overflow" if overflow else "",
                       entry["counters"]["cycles"])
-        if spoils_later_runs(ended, entry["counters"]):
+        # a sender short of credits or a stop left busy would fail the next
+        # run's fill or timing, not its own check: stop here
+        if spoils_later_runs(ended, entry["counters"]) or any(entry.get("settled", {}).values()):
             break
     write_result({"runs": results})

@@ -259,10 +259,15 @@ def test_every_shire_reduces_at_once_as_fast_as_one_alone(verilog, tmp_path):
     for want, result in zip(runs, got):
         mesh.check_run(CFG, want, result)   # raises on any wrong register
     assert got[1]["counters"]["cycles"] == got[0]["counters"]["cycles"]
-    # every sender's credits read after the checksum, and all home; a bit
-    # left set names the sender
-    away = {n for n in mesh.counter_names(CFG) if n.endswith("credits_away")}
+    # every sender's credits read after the checksum, and all home, every
+    # mesh stop idle; a bit left set names the sender or the stop
+    away = {n for n in mesh.counter_names(CFG) if n.endswith("credits_away")} | {"stops_busy"}
     assert all(set(r["settled"]) == away and not any(r["settled"].values()) for r in got)
+    busy = dict(got[1], settled={**got[1]["settled"], "stops_busy": 1 << 5 | 1 << 17})
+    with pytest.raises(mesh.ExperimentError, match=r"the mesh stop of s5, s17 still has request "
+                                                   r"flits in flight or owes an ACK after the "
+                                                   r"checksum \(nor \d+ minion cycles later\)"):
+        mesh.check_run(CFG, runs[1], busy)
     for name, bits, where in (("router_2_3.credits_away", 0b1000, "router_2_3.east.rsp"),
                               ("s5.credits_away", 0b10, "s5.nb0"),
                               ("s7.port_credits_away", 0b100, "s7.port.down.req")):

@@ -241,8 +241,11 @@ def counter_names(cfg):
     0 once the mesh is at rest.  ``router_<x>_<y>.misrouted`` is the
     router's sticky route check (:attr:`MeshRouter.o_misrouted`, one bit per
     output) and ``misrouted`` is set while any of them is: 0 always.
+    ``stops_busy`` has bit ``s`` set while shire ``s``'s mesh stop has
+    request flits in flight or owes an ACK (:attr:`ShirePort.o_idle` low): 0
+    once the mesh is at rest.
     """
-    names = ["cycles", "stuck", "idle_cycles", "overflow", "misrouted"]
+    names = ["cycles", "stuck", "idle_cycles", "overflow", "misrouted", "stops_busy"]
     for s in range(cfg.compute_shires):
         for k in range(cfg.minions_per_shire):
             names += [f"s{s}.m{k}.{c}" for c in ENGINE_COUNTERS]
@@ -684,7 +687,8 @@ class EtSocMesh(wiring.Component):
         # Engine counters are read through their shire: shire s holds indices
         # base + s * per_shire onwards (counter_names order).
         head = [watchdog.o_cycles, self.stuck, watchdog.o_idle, Cat(*overflow).any(),
-                Cat(*(r.o_misrouted for r in routers.values())).any()]
+                Cat(*(r.o_misrouted for r in routers.values())).any(),
+                ~Cat(*stops_idle)]
         per_shire = cfg.minions_per_shire * len(ENGINE_COUNTERS)
         tail_base = len(head) + len(shires) * per_shire
         tail = []

@@ -644,8 +644,9 @@ def stall_blocks(cfg):
 def check_run(cfg, run, got):
     """Raise :class:`ExperimentError` unless the run ended cleanly with every
     register right and, read after the checksum (``got``'s ``settled``),
-    every sender holds all its credits (a lost or doubled credit changes no
-    timing while others remain, so it shows only there)."""
+    every mesh stop is idle and every sender holds all its credits (a lost or
+    doubled credit changes no timing while others remain, and a stop left
+    busy shows only at the next run's fill, so they show only there)."""
     label = run["label"]
     _raise_sticky_faults(label, got)
     if got["ended"] != "done":
@@ -688,6 +689,12 @@ def check_run(cfg, run, got):
         if have != want:
             raise ExperimentError(f"{label}: {key} = {have:#010x}, expected {want:#010x}: "
                                   "register data lost, duplicated or corrupted")
+    if busy := got.get("settled", {}).get("stops_busy"):
+        stops = ", ".join(f"s{s}" for s in range(cfg.compute_shires) if busy >> s & 1)
+        raise ExperimentError(f"{label}: the mesh stop of {stops} still has request flits in "
+                              f"flight or owes an ACK after the checksum (nor "
+                              f"{settle_cycles(cfg)} minion cycles later): a flit or ACK lost, "
+                              "or miscounted")
     if away := credits_away(cfg, got.get("settled", {})):
         raise ExperimentError(f"{label}: credits not home after the checksum (nor "
                               f"{settle_cycles(cfg)} minion cycles later) at "
