@@ -615,11 +615,12 @@ def settle_cycles(cfg):
 
 def slowdown_bound(cfg):
     """An integer of at least 1 that a run's cycle limit and its settle read
-    (:func:`settle_cycles`) are multiplied by (a margin, never a result) for the settings that slow a stream most: a
-    window of ``w`` flits (``mesh_window_flits`` or ``send_window_flits``)
-    below the seed's 51 streams up to ``51 / w`` times slower, a mesh clock
-    slower against the minion clock than the seed's 400 to 600 MHz, or a
-    router hop longer than its 4 mesh cycles, in proportion.  Longer stage
+    (:func:`settle_cycles`) are multiplied by (a margin, never a result) for
+    the settings that slow a stream most: a window of ``w`` flits
+    (``mesh_window_flits`` or ``send_window_flits``) below the seed's 51
+    streams up to ``51 / w`` times slower, a mesh clock slower against the
+    minion clock than the seed's 400 to 600 MHz, or a router hop longer than
+    its 4 mesh cycles, in proportion.  Longer stage
     latencies (``crossbar_cycles`` and the like, up to 255 each), narrower
     flits or shallower buffers are not counted: a run they slow past its
     limit says to raise ``watchdog_cycles``, which the limit grows with."""
@@ -654,7 +655,7 @@ def check_run(cfg, run, got):
         # a READY register is {valid, source[9:0]}: only a valid one is held
         held = ", ".join(f"{k}={v:#x}" for k, v in c.items()
                          if k.endswith(".state")
-                         or k.endswith(("ready_from", "blocked_ready")) and v & READY_VALID)
+                         or (k.endswith(("ready_from", "blocked_ready")) and v & READY_VALID))
         asleep = [k.rsplit(".", 1)[0] for k, v in c.items() if k.endswith(".state") and v & 8]
         if asleep:
             held += "; asleep waiting for a credit: " + ", ".join(asleep)
