@@ -856,3 +856,23 @@ def test_a_root_complex_with_a_64_byte_rcb_answers_in_64_byte_completions(tmp_pa
         assert c["gpu1.down.tlps"] == (3 << 16) // rcb
         cycles[rcb] = c["cycles"]
     assert cycles[64] > cycles[128], cycles
+
+
+def test_a_narrower_bottleneck_gets_a_longer_run_limit():
+    """A pull through a 32 B peer-read room moves about 0.05 B/ns, below the
+    0.25 B/ns the seed's run limit allows for; the limit grows with the
+    narrowest bottleneck (link, socket link, read room, tags), so the run is
+    not cut off as still moving.  At the seed's settings it is unchanged."""
+    seed = PcieConfig()
+    assert pcie.slowdown_bound(seed) == 1
+    for fields, factor in (({"socket_read_bytes": 32, "kernel_read_bytes": 32}, 416),
+                           ({"read_tags": 1}, 256),
+                           ({"lanes": 1, "generation": 3}, 32),
+                           ({"retrained_gpu": 0, "retrained_lanes": 4}, 4),
+                           ({"socket_bytes_per_cycle": 5}, 8)):
+        assert pcie.slowdown_bound(dataclasses.replace(seed, **fields)) == factor, fields
+    runs = [{"bytes": 1000, "pairs": [(0, 4)]}]
+    limit = pcie.plan(seed, runs)["run_cycles"]
+    slow = pcie.plan(dataclasses.replace(seed, socket_read_bytes=32, kernel_read_bytes=32),
+                     runs)["run_cycles"]
+    assert slow - seed.watchdog_cycles == 416 * (limit - seed.watchdog_cycles)

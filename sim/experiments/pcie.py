@@ -10,7 +10,7 @@ unidirectional bandwidth in GB/s, as in the seed's tables.
 import dataclasses
 from dataclasses import dataclass
 
-from hdl.pcie.config import CLOCK_MHZ, GT_PER_S, gpu_socket
+from hdl.pcie.config import CLOCK_MHZ, GT_PER_S, PcieConfig, gpu_socket
 from hdl.pcie.gpu import TAG_CLASH_BIT, GpuMode, GpuReg
 from hdl.pcie.system import GLOBAL, counter_names, crossbars, system_registers
 from hdl.pcie.tlp import HOST_NODE, STAGE_SHIFT, FcClass, TlpType
@@ -21,7 +21,7 @@ from sim.fit import error_pct, fit_affine
 
 __all__ = ["EXPERIMENTS", "Experiment", "ExperimentError", "SIZE_FIELDS", "build_runs",
            "check_fabric_overrides", "check_overrides", "plan", "analyse", "check_run",
-           "reference", "copy_run", "scenarios"]
+           "reference", "copy_run", "scenarios", "slowdown_bound"]
 
 FABRIC = "pcie"
 #: Bytes each pair copies in the sweep (steady state from the first).
@@ -256,10 +256,35 @@ def build_runs(cfg, exp):
 
 
 def plan(cfg, runs):
-    """The JSON plan handed to ``testbenches.pcie``."""
+    """The JSON plan handed to ``testbenches.pcie``.
+
+    A run may take ``run_cycles`` cycles (ns) before it is called still
+    moving (a live run the watchdog cannot stop): ``watchdog_cycles`` plus 4
+    ns per byte of its largest copy times its pairs (0.25 B/ns, far below
+    any copy at the seed's settings), times :func:`slowdown_bound`."""
     longest = max(r["bytes"] for r in runs) * max(len(r["pairs"]) for r in runs)
     return {"counter_names": counter_names(cfg), "runs": runs,
-            "run_cycles": cfg.watchdog_cycles + 4 * longest}
+            "run_cycles": cfg.watchdog_cycles + 4 * longest * slowdown_bound(cfg)}
+
+
+def slowdown_bound(cfg):
+    """An integer of at least 1 that a run's cycle limit is multiplied by (a
+    margin, never a result): the most that one bottleneck of ``cfg`` is
+    narrower than the seed's, as a ratio rounded up.  The bottlenecks are the
+    slowest GPU link (lanes times GT/s, a retrained link included), the
+    socket link's bytes per cycle, its peer-read room
+    (``socket_read_bytes``) and a GPU's read tags (``read_tags``).  Longer
+    latencies or smaller TLPs are not counted: a run they slow past its
+    limit says to raise ``watchdog_cycles``, which the limit grows with."""
+    seed = PcieConfig()
+    link = GT_PER_S[cfg.generation] * cfg.lanes
+    if cfg.retrained_gpu >= 0:
+        link = min(link, GT_PER_S[cfg.retrained_generation] * cfg.retrained_lanes)
+    ratios = ((GT_PER_S[seed.generation] * seed.lanes, link),
+              (seed.socket_bytes_per_cycle, cfg.socket_bytes_per_cycle),
+              (seed.socket_read_bytes, cfg.socket_read_bytes),
+              (seed.read_tags, cfg.read_tags))
+    return max(1, *(-(-a // b) for a, b in ratios))
 
 
 def stall_blocks(cfg):
