@@ -17,7 +17,8 @@ rest, so they are read until they are, for at most the plan's
 ``settle_cycles``, :func:`sim.experiments.mesh.settle_cycles`; the last ACKs
 of a large mesh, or of a slow mesh clock, may still be on their way when
 the checksum ends).  The runs stop after one that ends stuck, with the
-sticky ``overflow`` flag set, or with anything of ``settled`` left non-zero.
+sticky ``overflow`` or ``misrouted`` flag set, or with anything of
+``settled`` left non-zero.
 """
 
 import cocotb
@@ -64,8 +65,10 @@ async def run_plan(dut):
         dut._log.info("run %d/%d %s: %s%s after %d cycles", index + 1, len(plan["runs"]),
                       run["label"], entry["ended"], ", overflow" if overflow else "",
                       entry["counters"]["cycles"])
-        # a sender short of credits or a stop left busy would fail the next
+        # a sticky misrouted flag would fail every later run too, and a
+        # sender short of credits or a stop left busy would fail the next
         # run's fill or timing, not its own check: stop here
-        if spoils_later_runs(ended, entry["counters"]) or any(entry.get("settled", {}).values()):
+        if (spoils_later_runs(ended, entry["counters"]) or entry["counters"]["misrouted"]
+                or any(entry.get("settled", {}).values())):
             break
     write_result({"runs": results})
