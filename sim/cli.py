@@ -1033,7 +1033,7 @@ def _cmd_sweep(args):
     from rich.table import Table
 
     from sim import sweep
-    from sim.report import format_range, format_value
+    from sim.report import format_seed, format_value
 
     if args.scheduler is not None and args.engine != "dask":
         raise UsageError("--scheduler needs --engine dask")
@@ -1105,11 +1105,8 @@ def _cmd_sweep(args):
         shown.add_column("met")
         for r in chosen:
             # as the report shows them: 20,080 cycles, not 2.008e+04; yes or no
-            seed = ("—" if r.get("reference") is None
-                    else format_value(r["reference"], r["unit"])
-                    if r.get("reference_range") is None else format_range(r["reference_range"]))
             shown.add_row(*[r["point"][f] for f, _ in grid], format_value(r["model"], r["unit"]),
-                          seed,
+                          format_seed(r.get("reference"), r.get("reference_range"), r["unit"]),
                           {True: "yes", False: "no"}.get(r["met"], "—"))
         Console().print(shown)
     written = [path, path.with_suffix(".csv")] + [path.with_suffix(".png")] * bool(chosen)

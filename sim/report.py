@@ -48,6 +48,10 @@ __all__ = [
     "met_sentence",
     "met_text",
     "rows_met_text",
+    "format_number",
+    "format_value",
+    "format_range",
+    "format_seed",
 ]
 
 REPORT_NAME = "report.md"
@@ -781,19 +785,28 @@ def format_value(value: float | None, unit: str) -> str:
     return _fmt_flag(value) if unit == FLAG_UNIT else format_number(value)
 
 
+def format_seed(reference: float | None, reference_range: tuple[float, float] | None,
+                unit: str) -> str:
+    """A row's seed value as the report and the console show it: its range
+    (:func:`format_range`) where the seed gives one, else
+    :func:`format_value`; a dash where the seed gives neither."""
+    if reference_range is not None:
+        return format_range(reference_range)
+    return format_value(reference, unit)
+
+
 def _value_cells(row: ResultRow) -> list[str]:
     """A result row's model, seed, unit, error % and target cells: a yes/no
     row (unit :data:`FLAG_UNIT`) in words, without an error."""
+    model = format_value(row.model, row.unit)
+    seed = format_seed(row.reference, row.reference_range, row.unit)
     if row.unit == FLAG_UNIT:
-        return [format_value(row.model, row.unit), format_value(row.reference, row.unit),
-                "yes / no", "—",
+        return [model, seed, "yes / no", "—",
                 "yes" if row.target in ("1", "1 = yes") else _target_text(row)]
     if row.reference_range is not None:
         # no error % against a midpoint the seed never gave
-        return [format_number(row.model), format_range(row.reference_range), row.unit, "—",
-                _target_text(row)]
-    return [format_number(row.model), format_number(row.reference), row.unit, _error_cell(row),
-            _target_text(row)]
+        return [model, seed, row.unit, "—", _target_text(row)]
+    return [model, seed, row.unit, _error_cell(row), _target_text(row)]
 
 
 def _error_cell(row: ResultRow) -> str:

@@ -491,9 +491,10 @@ def outputs_checked(results_dir, stem, build_dir):
 
 
 def seed_text(reference, reference_range=None):
-    """A row's seed value as a sweep's CSV and console table show it: the
+    """A row's seed value as a sweep's CSV gives it, at full precision: the
     value, or its range ``low-high`` (``low to high`` when ``low`` is
-    negative: "-1.0 to 1.0", not "-1.0-1.0")."""
+    negative: "-1.0 to 1.0", not "-1.0-1.0").  The console table shows it
+    as the report does (:func:`sim.report.format_seed`)."""
     if reference_range is None:
         return f"{reference}"
     low, high = reference_range
