@@ -489,6 +489,8 @@ def _stream_through_two_shires(window=0, mesh_window=0):
                                                                  exchanges=3))
     out = _simulate_mesh(cfg, run)
     assert out["stuck"] == 0 and out["overflow"] == 0, out
+    # every run check, the engines' send-window check among them
+    experiments.check_run(cfg, run, {"ended": "done", "counters": out, "checksums": out})
     for rx, tx in run["sum_pairs"]:
         assert out[rx] == out[tx] != 0
     assert out["s0.m0.rx_msgs"] == out["s1.m0.rx_msgs"] == 3
@@ -727,7 +729,7 @@ def test_a_hang_the_seed_expects_must_be_the_watchdog_s():
     with pytest.raises(mesh.ExperimentError, match=r"^naive 2D: still moving .* a run expected "
                                                    r"to hang must be stopped by the watchdog$"):
         mesh.check_expected_hang(CFG, run, dict(stuck, ended="timeout"))
-    with pytest.raises(mesh.ExperimentError, match=r"a buffer overflowed .*ended stuck"):
+    with pytest.raises(mesh.ExperimentError, match=r"a buffer overflowed.*ended stuck"):
         mesh.check_expected_hang(CFG, run, dict(stuck, counters={"overflow": 1,
                                                                  "cycles": 20140}))
 
@@ -747,13 +749,14 @@ def test_a_reduced_build_note_gives_way_to_the_shape_the_user_set():
     assert changed[1:] == list(notes[1:])
 
 
-def _mesh_stop_run(window, credits=4, acks=(), off_first=0):
+def _mesh_stop_run(window, credits=4, acks=(), off_first=0, lowered=None, error=0):
     """Drive a :class:`~hdl.etsoc.mesh.MeshStop` as its clock crossing and
     router would: upstream sends a request flit whenever it holds a request
     credit, the router frees its slot one cycle later, and the ACKs in
     ``acks`` (``(cycle, count)``) arrive from the far stop.  The window is 0
-    for the first ``off_first`` cycles.  Returns the flits sent by each of 200
-    cycles after those."""
+    for the first ``off_first`` cycles, and ``lowered[1]`` from cycle
+    ``lowered[0]`` on.  Returns the flits sent by each of 200 cycles after
+    those; ``o_error`` must end as ``error``."""
     from hdl.etsoc.mesh import MeshStop
     from hdl.etsoc.shire import MESH_STOP_ACK
 
@@ -764,7 +767,8 @@ def _mesh_stop_run(window, credits=4, acks=(), off_first=0):
         held, total, returning = credits, 0, 0
         acks_at = dict(acks)
         for cycle in range(-off_first, 200):
-            ctx.set(stop.i_window_flits, window if cycle >= 0 else 0)
+            now = lowered[1] if lowered and cycle >= lowered[0] else window if cycle >= 0 else 0
+            ctx.set(stop.i_window_flits, now)
             send = held > 0
             ctx.set(stop.i_up.valid, send)
             ctx.set(stop.i_up.flit.vc, 0)
@@ -783,7 +787,7 @@ def _mesh_stop_run(window, credits=4, acks=(), off_first=0):
             if cycle >= 0:
                 total += send
                 sent.append(total)
-        assert ctx.get(stop.o_error) == 0
+        assert ctx.get(stop.o_error) == error
 
     sim = Simulator(stop)
     sim.add_clock(1e-9)
@@ -810,6 +814,14 @@ def test_without_a_window_the_mesh_stop_passes_every_credit():
 def test_a_window_switched_on_after_running_without_one_holds_exactly():
     """Credits that passed while the window was off leave no trace."""
     assert _mesh_stop_run(9, off_first=37)[-1] == 9
+
+
+def test_a_window_lowered_below_the_flits_it_let_out_is_flagged():
+    """A window may change only while the stop is idle: lowered from 30 to 9
+    with 30 flits on the mesh, the window no longer holds them and the
+    sticky ``o_error`` says so; lowered only to the 30 out, it holds."""
+    assert _mesh_stop_run(30, lowered=(100, 9), error=1)[-1] == 30
+    assert _mesh_stop_run(30, lowered=(100, 30))[-1] == 30
 
 
 def _mesh_stop_acks(arrivals, window, ack_flits, cycles, busy_at=None, ready=True):

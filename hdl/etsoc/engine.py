@@ -205,10 +205,11 @@ class MinionEngine(wiring.Component):
     flits_per_register : int
         Flits per 32 B register.
     checks : bool
-        Build the testbench-only logic: the register-file checksum and the
-        sums of the flits sent and received.  Without it (``False``, for
-        synthesis) ``o_checksum``, ``o_tx_sum``, ``o_rx_sum`` and
-        ``o_verify_done`` stay 0; every experiment runs with checks.
+        Build the testbench-only logic: the register-file checksum, the
+        sums of the flits sent and received and the send window's check.
+        Without it (``False``, for synthesis) ``o_checksum``, ``o_tx_sum``,
+        ``o_rx_sum``, ``o_verify_done`` and ``o_window_broken`` stay 0; every
+        experiment runs with checks.
 
     Members
     -------
@@ -246,6 +247,9 @@ class MinionEngine(wiring.Component):
         A flit moved this cycle (for the watchdog).
     o_in_flight : Out(9)
         Message flits sent and not yet acknowledged.
+    o_window_broken : Out(1)
+        Sticky (with ``checks`` only): more message flits were in flight, the
+        one being pushed included, than ``i_window_flits`` allows.
     o_tx_msgs, o_rx_msgs : Out(16)
         Messages sent and received this run.
     o_first_rx, o_last_rx : Out(32)
@@ -290,6 +294,7 @@ class MinionEngine(wiring.Component):
             "i_init": In(1), "i_start": In(1), "i_verify": In(1), "i_now": In(32),
             "i_send_cycles": In(8), "i_recv_cycles": In(8),
             "i_window_flits": In(8), "i_ack_flits": In(8), "o_in_flight": Out(9),
+            "o_window_broken": Out(1),
             "o_req": Out(flit), "o_rsp": Out(flit), "i_req": In(flit), "i_rsp": In(flit),
             "o_done": Out(1), "o_init_done": Out(1), "o_verify_done": Out(1),
             "o_progress": Out(1),
@@ -447,6 +452,11 @@ class MinionEngine(wiring.Component):
             m.d.sync += in_flight.eq(in_flight + (s1_valid & window_on) - acked)
         window_open = ~window_on | (in_flight + s1_valid < self.i_window_flits)
         room = (out.level + s1_valid < out.depth) & window_open
+        if self.checks:
+            # s1 loads only while in_flight + s1_valid < window, so the two
+            # never sum to more than the window
+            with m.If(window_on & (in_flight + s1_valid > self.i_window_flits)):
+                m.d.sync += self.o_window_broken.eq(1)
 
         total_flits = Signal(8 + 2)
         m.d.comb += total_flits.eq(nregs_sent * self.fpr)

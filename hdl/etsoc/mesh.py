@@ -225,8 +225,9 @@ def counter_names(cfg):
     do the engines' time stamps (``first_rx``, ``last_rx``,
     ``first_stray_cycle``).
     ``s<shire>.m<k>.state`` packs, low bit first: done, init_done, verify_done,
-    sleeping (in a credit wait with no credit); bits 8 to 23 hold the credits
-    received and not yet taken.
+    sleeping (in a credit wait with no credit), window_broken (sticky: more
+    flits in flight than ``send_window_flits``); bits 8 to 23 hold the
+    credits received and not yet taken.
     ``errors`` holds the stray flits counted in bits 0-15 and the first one's
     ``{valid, source[9:0]}`` in bits 16-26, ``first_stray_cycle`` the minion
     cycle (since reset) it arrived at;
@@ -321,9 +322,12 @@ class MeshStop(wiring.Component):
         ``credits`` (0 once the mesh is at rest; with a window smaller than
         ``credits`` some stay kept back, so upstream alone may hold fewer).
     o_error : Out(1)
-        Sticky: an ACK counted more flits than were in flight, or a count
-        owed to a source shire outgrew its counter (only possible when stops'
-        windows differ or one changed while flits were on the mesh).
+        Sticky: the window did not hold (the flits in flight and the request
+        credits upstream holds summed to more than ``i_window_flits``, or
+        than ``credits`` if that is more), an ACK counted more flits than
+        were in flight, or a count owed to a source shire outgrew its counter
+        (only possible when stops' windows differ or one changed while flits
+        were on the mesh).
 
     Raises
     ------
@@ -367,6 +371,11 @@ class MeshStop(wiring.Component):
         m.d.sync += [held.eq(held - sent + give), pending.eq(pending + returned - give),
                      in_flight.eq(in_flight + (sent & on) - acked)]
         with m.If(ack_here & (acked > in_flight + (sent & on))):
+            m.d.sync += self.o_error.eq(1)
+        # A credit goes back upstream only while the sum stays within the
+        # window, and sending or an ACK never raises it: it never exceeds
+        # the window, or the credits upstream starts with if those are more.
+        with m.If(on & (in_flight + held > Mux(window > self.credits, window, self.credits))):
             m.d.sync += self.o_error.eq(1)
 
         # --- receiving side: a count owed to each source shire ---
@@ -450,8 +459,8 @@ class ShirePort(wiring.Component):
         into the minion clock).
     o_overflow : Out(1)
         Sticky: a buffer overflowed (credit protocol broken), or the mesh
-        stop was acknowledged more flits than it sent or counted more than
-        it can hold (:class:`MeshStop` ``o_error``).
+        stop's window did not hold, or it was acknowledged more flits than it
+        sent or counted more than it can hold (:class:`MeshStop` ``o_error``).
     o_credits_away : Out(4)
         A sender towards the router or the shire does not hold all its
         credits; all 0 at rest.  Bit 0 (mesh clock): the router's request

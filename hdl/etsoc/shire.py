@@ -36,8 +36,8 @@ def engine_counters(e):
     by :func:`hdl.etsoc.mesh.counter_names`."""
     return [e.o_tx_msgs, e.o_rx_msgs, e.o_first_rx, e.o_last_rx, e.o_checksum,
             Cat(e.o_errors, e.o_first_stray), e.o_ready_from, e.o_blocked_ready,
-            Cat(e.o_done, e.o_init_done, e.o_verify_done, e.o_sleeping, Const(0, 4),
-                e.o_credits), e.o_tx_sum, e.o_rx_sum, e.o_first_stray_cycle]
+            Cat(e.o_done, e.o_init_done, e.o_verify_done, e.o_sleeping, e.o_window_broken,
+                Const(0, 3), e.o_credits), e.o_tx_sum, e.o_rx_sum, e.o_first_stray_cycle]
 
 
 def is_barrier_unit_flit(flit):

@@ -45,6 +45,12 @@ EXCHANGES = 3
 #: (``{valid, source[9:0]}``, :class:`~hdl.etsoc.engine.MinionEngine`).
 READY_VALID = 1 << 10
 
+#: Bits of an engine's ``state`` counter (:func:`hdl.etsoc.mesh.counter_names`):
+#: asleep in a credit wait with no credit, and the sticky send-window check
+#: (:attr:`~hdl.etsoc.engine.MinionEngine.o_window_broken`).
+STATE_SLEEPING = 1 << 3
+STATE_WINDOW_BROKEN = 1 << 4
+
 
 class ExperimentError(RuntimeError):
     """A run lost, duplicated or corrupted data, or stopped making progress."""
@@ -656,7 +662,8 @@ def check_run(cfg, run, got):
         held = ", ".join(f"{k}={v:#x}" for k, v in c.items()
                          if k.endswith(".state")
                          or (k.endswith(("ready_from", "blocked_ready")) and v & READY_VALID))
-        asleep = [k.rsplit(".", 1)[0] for k, v in c.items() if k.endswith(".state") and v & 8]
+        asleep = [k.rsplit(".", 1)[0] for k, v in c.items()
+                  if k.endswith(".state") and v & STATE_SLEEPING]
         if asleep:
             held += "; asleep waiting for a credit: " + ", ".join(asleep)
         held = "; ".join([held, *stall.describe(c, stall_blocks(cfg))])
@@ -707,10 +714,19 @@ def _raise_sticky_faults(label, got):
     # checked before how the run ended: the hang that may follow is their consequence
     c = got["counters"]
     if c["overflow"]:
-        raise ExperimentError(sticky_fault(label, got["ended"], c.get("cycles")))
+        raise ExperimentError(sticky_fault(
+            label, got["ended"], c.get("cycles"),
+            "a buffer overflowed, or a mesh stop's window or ACK count broke (credit "
+            "protocol broken)"))
     if c.get("misrouted"):
         raise ExperimentError(sticky_fault(label, got["ended"], c.get("cycles"),
                                            misrouted_report(c)))
+    if broken := [k[:-len(".state")] for k, v in c.items()
+                  if k.endswith(".state") and v & STATE_WINDOW_BROKEN]:
+        raise ExperimentError(sticky_fault(
+            label, got["ended"], c.get("cycles"),
+            f"{', '.join(broken)} had more message flits in flight than send_window_flits "
+            "allows (the send window did not hold)"))
 
 
 def misrouted_report(counters):
