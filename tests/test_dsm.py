@@ -254,6 +254,28 @@ def test_counters_read_after_the_data_check_must_have_settled(verilog, tmp_path)
         dsm.check_run(cfg, late)
 
 
+def test_outstanding_limits_that_bind_hold_and_a_broken_one_is_named(verilog, tmp_path):
+    """With 2 reads and 16 store flits allowed outstanding (well below what a
+    stream would keep open), loads and stores both ways, and two streams of
+    one SM sharing its limit, pass every check, the sticky limit check among
+    them; an SM whose ``state`` has the limit bit set fails its run, named."""
+    cfg = DsmConfig(max_outstanding_reads=2, max_unacked_store_flits=16, ack_threshold_flits=16)
+    runs = [dsm.build_run(cfg, [dsm.Stream(kind, 0, 1, 8192), dsm.Stream(kind, a, b, 8192)],
+                          f"{kind} {a} to {b}")
+            for kind in ("load", "store") for a, b in ((1, 0), (0, 1))]
+    results = simulate(verilog, cfg, runs, tmp_path)
+    for result in results:
+        dsm.check_run(cfg, result)
+    load = results[0]
+    state = load["counters"]["sm1.state"]
+    broken = dict(load, counters={**load["counters"], "sm1.state": state | dsm.SM_LIMITS_BROKEN})
+    with pytest.raises(dsm.ExperimentError, match=r"^run load 1 to 0: SM slot 1 had more reads open "
+                                                  r"than max_outstanding_reads or more store "
+                                                  r"data flits unacknowledged than "
+                                                  r"max_unacked_store_flits"):
+        dsm.check_run(cfg, broken)
+
+
 def test_one_shared_vc_deadlocks_and_the_watchdog_names_the_waits(verilog, tmp_path):
     """Requests and responses on one VC (``shared_vc``, an unsafe
     configuration): two SMs loading from each other with 255 reads

@@ -212,10 +212,11 @@ class SmEndpoint(wiring.Component):
         Flit layout.
     checks : bool
         Build the testbench-only logic: the arrival check, the post-run
-        check and the fault injection.  Without it (``False``, for
-        synthesis: the fabric alone) ``o_errors``, ``o_first_wrong``,
-        ``o_first_wrong_cycle``, ``o_first_bad`` and ``o_verify_done`` stay 0
-        and ``i_fault`` is ignored; every experiment runs with checks.
+        check, the outstanding-limit check and the fault injection.  Without
+        it (``False``, for synthesis: the fabric alone) ``o_errors``,
+        ``o_first_wrong``, ``o_first_wrong_cycle``, ``o_first_bad``,
+        ``o_limits_broken`` and ``o_verify_done`` stay 0 and ``i_fault`` is
+        ignored; every experiment runs with checks.
 
     One Verilog module serves every SM (:class:`~hdl.common.shared.SharedModule`):
     the SM's slot is a port.
@@ -289,6 +290,12 @@ class SmEndpoint(wiring.Component):
         deliver the flits in (modulo 2**32).
     o_overflow : Out(1)
         The arrival buffer overflowed (credit protocol broken).
+    o_limits_broken : Out(1)
+        Sticky (checks only): more reads were outstanding than
+        ``i_max_reads``, or, in a run with no TMA stream (TMA data is not
+        held to that limit), more store data flits unacknowledged than
+        ``i_max_unacked`` (a count taken below 0, by a read answered or a
+        flit acknowledged twice, wraps past its limit too).
     o_occupied : Out(2)
         Arrival queue per VC not empty (for stuck reports).
     i_max_reads : In(8)
@@ -326,7 +333,7 @@ class SmEndpoint(wiring.Component):
             "o_errors": Out(32), "o_first_bad": Out(32),
             "o_outstanding_reads": Out(32), "o_unacked_flits": Out(32),
             "o_owed_acks": Out(32), "o_tx_flits": Out(32), "o_frames": Out(32),
-            "o_overflow": Out(1), "o_occupied": Out(2),
+            "o_overflow": Out(1), "o_limits_broken": Out(1), "o_occupied": Out(2),
             "i_max_reads": In(8), "i_max_unacked": In(16), "i_ack_threshold": In(16),
             "i_read_turnaround": In(8), "i_read_words": In(4),
             "i_store_words": In(12), "i_tma_words": In(12),
@@ -595,6 +602,16 @@ class SmEndpoint(wiring.Component):
                                        - read_done)
             acked = Mux(got_valid & (got.kind == Kind.ACK), got.data[:16], 0)
             m.d.sync += unacked.eq(unacked + sum(d.as_unsigned() for d in issue_data) - acked)
+        if self.checks:
+            # A stream issues only while its count, with what the stream
+            # before it issues this cycle, is below the limit: neither count
+            # can pass its limit while the limits hold still (set between
+            # runs).  TMA data is not held to the store limit, so with a TMA
+            # stream running only the read limit is checked.
+            has_tma = Cat(*(k == TrafficKind.TMA for k in stream_kinds)).any()
+            with m.If((outstanding > self.i_max_reads)
+                      | (~has_tma & (unacked > self.i_max_unacked))):
+                m.d.sync += self.o_limits_broken.eq(1)
 
         # --- responder: answers remote reads ---------------------------------
         resp = FlitPipe(flit_layout=layout, addr_bits=abits, latency=1)

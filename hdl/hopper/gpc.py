@@ -91,7 +91,8 @@ def counter_names(cfg):
     cycles.
 
     ``sm<s>.state`` packs, low bit first: local_done, released, busy,
-    arrival queue occupied (request VC, response VC), overflow.
+    arrival queue occupied (request VC, response VC), overflow,
+    limits_broken (:attr:`~hdl.hopper.endpoint.SmEndpoint.o_limits_broken`).
     ``sm<s>.inj_credits_away`` has one bit per VC whose shaper does not
     hold all its credits.  ``sm<s>.frames`` is the SM's framing check, 0 at
     rest (:attr:`~hdl.hopper.endpoint.SmEndpoint.o_frames`).
@@ -225,7 +226,8 @@ class Gpc(wiring.Component):
             ]
             sms.append(sm)
             shapers.append(shaper)
-            state = Cat(sm.o_local_done, sm.o_released, sm.o_busy, sm.o_occupied, sm.o_overflow)
+            state = Cat(sm.o_local_done, sm.o_released, sm.o_busy, sm.o_occupied, sm.o_overflow,
+                        sm.o_limits_broken)
             for name, value in (("rx_granules", sm.o_rx_granules),
                                 ("expected_granules", sm.o_expected_granules),
                                 ("errors", sm.o_errors), ("first_bad", sm.o_first_bad),

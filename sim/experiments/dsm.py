@@ -163,6 +163,10 @@ def build_run(cfg: DsmConfig, streams, label, plane_enable=None, fault=None,
 
 #: SM counters that must be 0 once the data check has run, each with what a
 #: non-zero value means.
+#: The sticky outstanding-limit bit of an SM's ``state`` counter
+#: (:func:`hdl.hopper.gpc.counter_names`).
+SM_LIMITS_BROKEN = 1 << 6
+
 _SETTLED = (("outstanding_reads", "reads never answered"),
             ("unacked_flits", "store data never acknowledged: an ACK lost"),
             ("owed_acks", "acknowledgements owed but never sent"),
@@ -190,6 +194,14 @@ def check_run(cfg, run):
     label = run["label"]
     if counters["overflow"]:
         raise ExperimentError(sticky_fault(f"run {label}", run["ended"], counters["cycles"]))
+    if broken := [str(s) for s in range(cfg.n_slots)
+                  if counters.get(f"sm{s}.state", 0) & SM_LIMITS_BROKEN]:
+        raise ExperimentError(sticky_fault(
+            f"run {label}", run["ended"], counters["cycles"],
+            f"SM slot {', '.join(broken)} had more reads open than max_outstanding_reads "
+            "or more store data flits unacknowledged than max_unacked_store_flits (an "
+            "outstanding-transaction limit did not hold, or a read answered or a flit "
+            "acknowledged twice)"))
     if run["ended"] != "done":
         raise ExperimentError(unfinished(f"run {label}", run["ended"], counters["cycles"],
                                          watchdog=cfg.watchdog_cycles)
