@@ -14,7 +14,7 @@ from amaranth.sim import Simulator
 from hdl.pcie.config import GT_PER_S, PcieConfig
 from hdl.pcie.gpu import TAG_CLASH_BIT, GpuEndpoint, GpuMode, GpuReg
 from hdl.pcie.host import HostMemory
-from hdl.pcie.link import PcieLink
+from hdl.pcie.link import LinkPort, PcieLink
 from hdl.pcie.switch import SocketReadTracker
 from hdl.pcie.system import GLOBAL, PcieSystem, SysReg, system_registers
 from hdl.pcie.tlp import HOST_NODE, STAGE_SHIFT, FcClass, TlpType, payload_beat
@@ -293,6 +293,27 @@ def test_a_receiver_holding_more_than_its_tlps_credits_flags_overflow(data_beats
         got.update(overflow=ctx.get(link.o_overflow))
 
     _simulate(m, bench)
+    assert got["overflow"] == broken, got
+
+
+@pytest.mark.parametrize("ack_seq,broken", [(0, False), (5, True)])
+def test_an_ack_for_tlps_never_sent_breaks_the_replay_count(ack_seq, broken):
+    """A transmitter that has sent nothing, told by an Ack DLLP that TLPs up
+    to sequence number 5 arrived, has a replay count below zero: it wraps
+    past ``replay_tlps`` and is flagged.  An Ack naming what was sent (0,
+    none) is not."""
+    port = LinkPort(CFG, local_credits=16)
+    got = {}
+
+    async def bench(ctx):
+        ctx.set(port.i_wire.ack, 1)
+        ctx.set(port.i_wire.ack_seq, ack_seq)
+        await ctx.tick()
+        ctx.set(port.i_wire.ack, 0)
+        await ctx.tick().repeat(3)
+        got.update(overflow=ctx.get(port.o_overflow), unacked=ctx.get(port.o_unacked_tlps))
+
+    _simulate(port, bench)
     assert got["overflow"] == broken, got
 
 

@@ -93,8 +93,9 @@ class LinkPort(wiring.Component):
     local_credits : int
         Beats the local side's input buffer holds per class (credits of ``o``).
     checks : bool
-        Build the receiver's credit check (the second half of
-        ``o_overflow``); ``False`` for synthesis, the link alone.
+        Build the receiver's credit check and the transmitter's replay
+        check (the second and third parts of ``o_overflow``); ``False`` for
+        synthesis, the link alone.
 
     Members
     -------
@@ -135,7 +136,9 @@ class LinkPort(wiring.Component):
         Sticky: flow control broken.  The receive buffer overflowed, or
         (with ``checks``) it held more beats than the TLPs whose credits are
         not yet free can have (a TLP's credits freed before its last beat
-        left, or a TLP longer than its header says).
+        left, or a TLP longer than its header says), or more TLPs were
+        unacknowledged than ``replay_tlps`` (the replay buffer's limit did
+        not hold, or an Ack named a TLP not yet sent).
     """
 
     def __init__(self, cfg, *, local_credits, checks=True):
@@ -205,6 +208,11 @@ class LinkPort(wiring.Component):
         seq_acked = Signal(12)
         unacked = Signal(12)
         m.d.comb += [unacked.eq(seq_sent - seq_acked), self.o_unacked_tlps.eq(unacked)]
+        if self.checks:
+            # a TLP starts only while fewer than replay_tlps are unacknowledged;
+            # an Ack for a TLP not yet sent wraps the count past it too
+            with m.If(unacked > cfg.replay_tlps):
+                m.d.sync += self.o_overflow.eq(1)
         wire_in = self.i_wire
         with m.If(wire_in.ack):
             m.d.sync += seq_acked.eq(wire_in.ack_seq)
@@ -409,7 +417,8 @@ class PcieLink(wiring.Component):
         direction's transmitter (flow-control credits) or the far end's
         delivery of it to the local side does not hold all its credits.
     o_overflow : Out(1)
-        Sticky: a receive buffer or wire delay overflowed.
+        Sticky: a receive buffer or wire delay overflowed, or an end's
+        checks failed (:attr:`LinkPort.o_overflow`).
     """
 
     COUNTERS = ("tlps", "payload_bytes", "lane_bytes", "wire_bytes", "dllp_beats",

@@ -334,8 +334,9 @@ def check_run(cfg, run, got):
     if c["overflow"]:
         raise ExperimentError(sticky_fault(label, got["ended"], c["cycles"],
                                          "a buffer overflowed, or a link receiver held more "
-                                         "beats than the TLPs whose credits are not yet free "
-                                         "(flow control broken)"))
+                                         "beats than the TLPs whose credits are not yet free, "
+                                         "or a link transmitter more TLPs unacknowledged than "
+                                         "replay_tlps (flow control broken)"))
     if got["ended"] != "done":
         waiting = [f"gpu{g} has {c[f'gpu{g}.rx_bytes']} of {run['expect'][g]} B"
                    for g in range(cfg.gpus) if c[f"gpu{g}.rx_bytes"] != run["expect"][g]]
