@@ -589,6 +589,17 @@ def test_socket_read_trackers_share_one_pool_per_root_complex():
                     256, (0, 0), 128, (128, 128), 0]
 
 
+def test_trackers_that_held_more_than_their_room_fail_the_run():
+    """Every run's check reads the trackers' peak (``socket.read_peak``): a
+    peak above ``socket_read_bytes`` means a read entered without room."""
+    over = CFG.socket_read_bytes + 128
+    got = {"ended": "done", "counters": {"overflow": 0, "cycles": 900, "socket.read_peak": over}}
+    with pytest.raises(pcie.ExperimentError,
+                       match=rf"^ring: the socket link's peer-read trackers held {over} B at "
+                             rf"once, more than socket_read_bytes \({CFG.socket_read_bytes}\)"):
+        pcie.check_run(CFG, {"label": "ring"}, got)
+
+
 def test_payload_pattern_is_distinct_per_source_and_address():
     seen = {payload_beat(src, addr) for src in range(10) for addr in range(0, 4096, 32)}
     assert len(seen) == 10 * 128

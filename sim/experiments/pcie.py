@@ -320,7 +320,8 @@ def _node(n):
 
 def check_run(cfg, run, got):
     """Raise :class:`ExperimentError` unless the run ended cleanly with every
-    byte where it belongs, each GPU link's payload count agrees with its
+    byte where it belongs, the socket link's read trackers never held more
+    than ``socket_read_bytes``, each GPU link's payload count agrees with its
     GPU's bytes sent (up) and taken in (down), and no TLP moved once it was
     done (``got``'s ``after_done``: a late duplicate lands after the counters
     are read), the cycle counter and the GPUs' time stamp ``now`` advanced as
@@ -337,6 +338,11 @@ def check_run(cfg, run, got):
                                          "beats than the TLPs whose credits are not yet free, "
                                          "or a link transmitter more TLPs unacknowledged than "
                                          "replay_tlps (flow control broken)"))
+    # a read enters the socket link only while both trackers have its room
+    if (peak := c.get("socket.read_peak", 0)) > cfg.socket_read_bytes:
+        raise ExperimentError(f"{label}: the socket link's peer-read trackers held {peak} B at "
+                              f"once, more than socket_read_bytes ({cfg.socket_read_bytes}): a "
+                              "read entered without room")
     if got["ended"] != "done":
         waiting = [f"gpu{g} has {c[f'gpu{g}.rx_bytes']} of {run['expect'][g]} B"
                    for g in range(cfg.gpus) if c[f"gpu{g}.rx_bytes"] != run["expect"][g]]
