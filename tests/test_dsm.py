@@ -269,10 +269,10 @@ def test_outstanding_limits_that_bind_hold_and_a_broken_one_is_named(verilog, tm
     load = results[0]
     state = load["counters"]["sm1.state"]
     broken = dict(load, counters={**load["counters"], "sm1.state": state | dsm.SM_LIMITS_BROKEN})
-    with pytest.raises(dsm.ExperimentError, match=r"^run load 1 to 0: SM slot 1 had more reads open "
-                                                  r"than max_outstanding_reads or more store "
-                                                  r"data flits unacknowledged than "
-                                                  r"max_unacked_store_flits"):
+    with pytest.raises(dsm.ExperimentError,
+                       match=r"^run load 1 to 0: SM slot 1 had more reads open than "
+                             r"max_outstanding_reads or more store data flits unacknowledged "
+                             r"than max_unacked_store_flits"):
         dsm.check_run(cfg, broken)
 
 

@@ -161,12 +161,12 @@ def build_run(cfg: DsmConfig, streams, label, plane_enable=None, fault=None,
             else plane_enable, "writes": writes, "checks": checks}
 
 
-#: SM counters that must be 0 once the data check has run, each with what a
-#: non-zero value means.
 #: The sticky outstanding-limit bit of an SM's ``state`` counter
 #: (:func:`hdl.hopper.gpc.counter_names`).
 SM_LIMITS_BROKEN = 1 << 6
 
+#: SM counters that must be 0 once the data check has run, each with what a
+#: non-zero value means.
 _SETTLED = (("outstanding_reads", "reads never answered"),
             ("unacked_flits", "store data never acknowledged: an ACK lost"),
             ("owed_acks", "acknowledgements owed but never sent"),
