@@ -21,13 +21,17 @@ from ..common.switch import CreditSwitch
 from .config import tree_edge
 from .engine import MinionEngine, MsgKind
 
-__all__ = ["ENGINE_COUNTERS", "MESH_STOP_ACK", "Shire", "ShireBarrier", "engine_counters",
+__all__ = ["ENGINE_COUNTERS", "ENGINE_STATE_FLAGS", "MESH_STOP_ACK", "Shire", "ShireBarrier", "engine_counters",
            "is_mesh_stop_ack"]
 
 #: Per-engine counters, in address order within an engine.
 ENGINE_COUNTERS = ("tx_msgs", "rx_msgs", "first_rx", "last_rx", "checksum", "errors",
                    "ready_from", "blocked_ready", "state", "tx_sum", "rx_sum",
                    "first_stray_cycle")
+
+#: The one-bit flags of an engine's ``state`` counter, low bit first, each the
+#: :class:`MinionEngine` output ``o_<flag>``; bits 8 to 23 hold ``o_credits``.
+ENGINE_STATE_FLAGS = ("done", "init_done", "verify_done", "sleeping", "window_broken")
 
 
 def engine_counters(e):
@@ -36,8 +40,9 @@ def engine_counters(e):
     by :func:`hdl.etsoc.mesh.counter_names`."""
     return [e.o_tx_msgs, e.o_rx_msgs, e.o_first_rx, e.o_last_rx, e.o_checksum,
             Cat(e.o_errors, e.o_first_stray), e.o_ready_from, e.o_blocked_ready,
-            Cat(e.o_done, e.o_init_done, e.o_verify_done, e.o_sleeping, e.o_window_broken,
-                Const(0, 3), e.o_credits), e.o_tx_sum, e.o_rx_sum, e.o_first_stray_cycle]
+            Cat(*(getattr(e, f"o_{flag}") for flag in ENGINE_STATE_FLAGS),
+                Const(0, 8 - len(ENGINE_STATE_FLAGS)), e.o_credits),
+            e.o_tx_sum, e.o_rx_sum, e.o_first_stray_cycle]
 
 
 def is_barrier_unit_flit(flit):

@@ -22,9 +22,13 @@ from .fabric import GpcarbEgress, GpcarbIngress, Gpcmmu, GxPlane, TpcArb
 from .shaper import InjectionShaper
 
 __all__ = ["Gpc", "GpcReg", "counter_names", "switch_blocks", "make_flit_layout", "gpc_registers",
-           "GLOBAL_SLOT"]
+           "GLOBAL_SLOT", "SM_LIMITS_BROKEN"]
 
 GLOBAL_SLOT = 31  #: ``cfg_addr`` slot field of the GPC-wide registers (:class:`GpcReg`)
+
+#: The bit of ``sm<s>.state`` (:func:`counter_names`) that holds the SM's
+#: sticky outstanding-limit check (:attr:`SmEndpoint.o_limits_broken`).
+SM_LIMITS_BROKEN = 1 << 6
 
 
 class GpcReg(enum.IntEnum):
@@ -226,8 +230,9 @@ class Gpc(wiring.Component):
             ]
             sms.append(sm)
             shapers.append(shaper)
-            state = Cat(sm.o_local_done, sm.o_released, sm.o_busy, sm.o_occupied, sm.o_overflow,
-                        sm.o_limits_broken)
+            low = Cat(sm.o_local_done, sm.o_released, sm.o_busy, sm.o_occupied, sm.o_overflow)
+            assert 1 << len(low) == SM_LIMITS_BROKEN
+            state = Cat(low, sm.o_limits_broken)
             for name, value in (("rx_granules", sm.o_rx_granules),
                                 ("expected_granules", sm.o_expected_granules),
                                 ("errors", sm.o_errors), ("first_bad", sm.o_first_bad),

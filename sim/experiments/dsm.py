@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from hdl.hopper.config import DsmConfig, cpc_of, tpc_of
 from hdl.hopper.endpoint import CheckReg, GlobalReg, N_CHECKS, N_STREAMS, StreamReg, TrafficKind
-from hdl.hopper.gpc import GLOBAL_SLOT, GpcReg, counter_names, gpc_registers, switch_blocks
+from hdl.hopper.gpc import (GLOBAL_SLOT, SM_LIMITS_BROKEN, GpcReg, counter_names, gpc_registers,
+                            switch_blocks)
 from sim import stall
 from sim.experiments import (SetByExperiment, load_reference, miscounted_cycles, sticky_fault,
                              unfinished)
@@ -160,10 +161,6 @@ def build_run(cfg: DsmConfig, streams, label, plane_enable=None, fault=None,
     return {"label": label, "plane_enable": cfg.plane_enable if plane_enable is None
             else plane_enable, "writes": writes, "checks": checks}
 
-
-#: The sticky outstanding-limit bit of an SM's ``state`` counter
-#: (:func:`hdl.hopper.gpc.counter_names`).
-SM_LIMITS_BROKEN = 1 << 6
 
 #: SM counters that must be 0 once the data check has run, each with what a
 #: non-zero value means.

@@ -20,6 +20,7 @@ import numpy as np
 from hdl.etsoc.config import COMBINE_OPS, MeshConfig, hops
 from hdl.etsoc.engine import Couple, EngineReg, checksum, combine, register_word, tree_roles
 from hdl.etsoc.mesh import ALL_MINIONS, GLOBAL, Port, counter_names, mesh_registers
+from hdl.etsoc.shire import ENGINE_STATE_FLAGS
 from sim import stall
 from sim.etsoc_placement import N_SHIRES, hop_stats
 from sim.experiments import (SetByExperiment, load_reference, miscounted_cycles, sticky_fault,
@@ -45,11 +46,11 @@ EXCHANGES = 3
 #: (``{valid, source[9:0]}``, :class:`~hdl.etsoc.engine.MinionEngine`).
 READY_VALID = 1 << 10
 
-#: Bits of an engine's ``state`` counter (:func:`hdl.etsoc.mesh.counter_names`):
+#: Bits of an engine's ``state`` counter (:data:`~hdl.etsoc.shire.ENGINE_STATE_FLAGS`):
 #: asleep in a credit wait with no credit, and the sticky send-window check
 #: (:attr:`~hdl.etsoc.engine.MinionEngine.o_window_broken`).
-STATE_SLEEPING = 1 << 3
-STATE_WINDOW_BROKEN = 1 << 4
+STATE_SLEEPING = 1 << ENGINE_STATE_FLAGS.index("sleeping")
+STATE_WINDOW_BROKEN = 1 << ENGINE_STATE_FLAGS.index("window_broken")
 
 
 class ExperimentError(RuntimeError):
