@@ -5,7 +5,7 @@
 One workload per top, the same register writes and start pulses for every
 simulator, long enough that start-up does not count: about a million cycles
 of the top's main clock by default, except on the 1,024-minion mesh, which
-simulates at about 160 cycles per second here, where it is 40,000
+simulates at about 350 cycles per second here, where it is 40,000
 (:data:`DEFAULT_MEGACYCLES`):
 
 - ``dsm``: the GPC with a 16-SM cluster (seed 000's largest), every SM
@@ -327,8 +327,8 @@ def _mesh_workload(megacycles):
 WORKLOADS = {"dsm": _dsm_workload, "mesh": _mesh_workload, "pcie": _pcie_workload}
 
 #: Default workload length, millions of main-clock cycles.  The 1,024-minion
-#: mesh simulates at about 150 minion cycles per second here, so a million
-#: cycles would take about two hours per simulator.
+#: mesh simulates at about 350 minion cycles per second here, so a million
+#: cycles would take about 50 minutes per simulator.
 DEFAULT_MEGACYCLES = {"dsm": 1.0, "mesh": 0.04, "pcie": 1.0}
 
 

@@ -500,6 +500,9 @@ FLAT_TOPS = frozenset({"dsm_gpc", "pcie_system"})
 #: against 6 min 19 s.  Routers and mesh stops flat in the top as well ran
 #: the chip in 209 s but built it in 128 s against 85, which cost more in
 #: ``make report`` than it saved.
+#: (Those figures are from before :mod:`sim.hier_verilator`, which has a
+#: block's wrapper evaluate it only when an input changed, and see its
+#: clock fall in that evaluation.)
 #:
 #: A shared module the Verilog holds only once is not marked either: as a
 #: block it would be compiled once all the same, behind the wrapper.  The

