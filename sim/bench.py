@@ -5,7 +5,7 @@
 One workload per top, the same register writes and start pulses for every
 simulator, long enough that start-up does not count: about a million cycles
 of the top's main clock by default, except on the 1,024-minion mesh, which
-simulates at about 350 cycles per second here, where it is 40,000
+simulates at about 320 cycles per second here, where it is 40,000
 (:data:`DEFAULT_MEGACYCLES`):
 
 - ``dsm``: the GPC with a 16-SM cluster (seed 000's largest), every SM
@@ -146,7 +146,8 @@ def _port_switch(names, body):
 
 def bare_harness(verilog, toplevel, inputs, outputs, clocks, build_dir):
     """Build the C++ harness of ``toplevel`` (Verilog file ``verilog``) in
-    ``build_dir/bare`` with the project's Verilator and the same optimisation
+    ``build_dir/bare`` (``bare`` + :data:`sim.runner.HIER_BUILD_TAG` when
+    hierarchical) with the project's Verilator and the same optimisation
     as the cocotb path; returns ``(binary, build seconds)``.
 
     ``inputs`` and ``outputs`` are the port names the ops may name;
@@ -159,11 +160,12 @@ def bare_harness(verilog, toplevel, inputs, outputs, clocks, build_dir):
     RuntimeError
         If Verilator or the C++ build fails (the message ends with its log).
     """
-    from sim.runner import (VERILATOR_SPEED, VERILATOR_WAIVERS, _verilator_make_overrides,
-                            hierarchical)
+    from sim.runner import (HIER_BUILD_TAG, VERILATOR_SPEED, VERILATOR_WAIVERS,
+                            _verilator_make_overrides, hierarchical)
     from sim.toolchain import verilator_env
 
-    out = Path(build_dir) / "bare"
+    hier = hierarchical(verilog)
+    out = Path(build_dir) / ("bare" + (HIER_BUILD_TAG if hier else ""))
     out.mkdir(parents=True, exist_ok=True)
     if len(clocks) == 1:
         clk = clocks[0][0]
@@ -197,7 +199,7 @@ def bare_harness(verilog, toplevel, inputs, outputs, clocks, build_dir):
     command = ["verilator", "--cc", "--exe", "--build", "-j", str(os.cpu_count() or 1),
                "--top-module", toplevel, "--prefix", "Vtop", "-Mdir", str(out / "obj"),
                "-o", "bench", *VERILATOR_WAIVERS, *VERILATOR_SPEED,
-               *(["--hierarchical"] if hierarchical(verilog) else []),
+               *(["--hierarchical"] if hier else []),
                str(verilog), str(main_cpp)]
     t0 = time.monotonic()
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
@@ -327,8 +329,8 @@ def _mesh_workload(megacycles):
 WORKLOADS = {"dsm": _dsm_workload, "mesh": _mesh_workload, "pcie": _pcie_workload}
 
 #: Default workload length, millions of main-clock cycles.  The 1,024-minion
-#: mesh simulates at about 350 minion cycles per second here, so a million
-#: cycles would take about 50 minutes per simulator.
+#: mesh simulates at about 320 minion cycles per second here, so a million
+#: cycles would take about 55 minutes per simulator.
 DEFAULT_MEGACYCLES = {"dsm": 1.0, "mesh": 0.04, "pcie": 1.0}
 
 

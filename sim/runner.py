@@ -2,7 +2,7 @@
 
 The simulator build for a Verilog file lives beside it, in
 ``<verilog dir>/<sim>/`` (``-internal`` and ``-waves`` are appended for the
-build variants), so it is shared by every run of that configuration and
+build variants, and :data:`HIER_BUILD_TAG` for a hierarchical one), so it is shared by every run of that configuration and
 rebuilt only when the Verilog changes; since Verilog files are
 content-addressed (see :mod:`sim.build`) that means never. Each run gets its
 own ``test_dir`` holding what belongs to that run alone: the plan handed to
@@ -51,8 +51,8 @@ from sim.toolchain import check_simulator, verilator_env
 
 _LOG = logging.getLogger("fabricsim")
 
-__all__ = ["TIMESCALE", "VERILATOR_WAIVERS", "run_cocotb", "run_cocotb_cached", "simulation_key",
-           "fst_headers_missing", "verilator_writes_fst"]
+__all__ = ["HIER_BUILD_TAG", "TIMESCALE", "VERILATOR_WAIVERS", "run_cocotb", "run_cocotb_cached",
+           "simulation_key", "fst_headers_missing", "verilator_writes_fst"]
 
 #: Time unit and precision given to modules without a `timescale` (Amaranth
 #: writes none). Icarus would otherwise use 1 s units, where cocotb cannot
@@ -457,7 +457,11 @@ def _simulate(verilog: Path, toplevel: str, test_module: str, *, sim: str, waves
         )
 
     internal = internal_signals and sim == "verilator"
-    build_dir = verilog.parent / (sim + ("-internal" if internal else "") + ("-waves" if waves else ""))
+    # Waveforms and internal signals need the whole design in one model, so
+    # those builds stay flat.
+    hier = sim == "verilator" and hierarchical(verilog) and not (waves or internal)
+    build_dir = verilog.parent / (sim + ("-internal" if internal else "") + ("-waves" if waves else "")
+                                  + (HIER_BUILD_TAG if hier else ""))
     test_dir = Path(test_dir).resolve()
     test_dir.mkdir(parents=True, exist_ok=True)
     plan_path = test_dir / "plan.json"
@@ -529,10 +533,7 @@ def _simulate(verilog: Path, toplevel: str, test_module: str, *, sim: str, waves
                     sources=sources,
                     hdl_toplevel=toplevel,
                     build_dir=build_dir,
-                    # Waveforms and internal signals need the whole design
-                    # in one model, so those builds stay flat.
-                    build_args=_build_args(sim, waves, hierarchical(verilog)
-                                           and not (waves or internal)),
+                    build_args=_build_args(sim, waves, hier),
                     timescale=TIMESCALE,
                     waves=waves,
                     log_file=build_log,
@@ -637,6 +638,14 @@ def _sha256(data: bytes) -> str:
 #: This module's source as imported: how runs are built and driven.
 _RUNNER_SHA256 = _sha256(Path(__file__).read_bytes())
 
+#: sim/hier_verilator.py's source: it edits what a hierarchical build compiles.
+_HIER_VERILATOR_SHA256 = _sha256(Path(__file__).with_name("hier_verilator.py").read_bytes())
+
+#: Appended to the name of a hierarchical Verilator build's folder (and the
+#: bench's bare harness's): a change to sim/hier_verilator.py then builds
+#: afresh instead of reusing libraries it edited otherwise.
+HIER_BUILD_TAG = f"-hier{_HIER_VERILATOR_SHA256[:12]}"
+
 
 def simulation_key(verilog: Path, toplevel: str, test_module: str, *, sim: str, plan: dict,
                    internal_signals: bool = False) -> str:
@@ -645,7 +654,8 @@ def simulation_key(verilog: Path, toplevel: str, test_module: str, *, sim: str, 
 
     That is: the Verilog file's bytes, the top level, the testbench package's
     Python sources (every ``.py`` file in the test module's folder), this
-    module's source (how a run is built and driven), the plan (as canonical
+    module's source and :mod:`sim.hier_verilator`'s (how a run is built and
+    driven), the plan (as canonical
     JSON), the simulator and its version, cocotb's version, the environment
     variables the run reads (every ``COCOTB*`` one, such as cocotb's write
     semantics, and ``FABRICSIM_CLOCK``) and whether internal signals are
@@ -677,6 +687,7 @@ def simulation_key(verilog: Path, toplevel: str, test_module: str, *, sim: str, 
         "test_module": test_module,
         "testbench": {f.name: _sha256(f.read_bytes()) for f in sorted(testbench.glob("*.py"))},
         "runner": _RUNNER_SHA256,
+        "hier_verilator": _HIER_VERILATOR_SHA256,
         "plan": plan,
         "sim": sim,
         "simulator": _simulator_version(sim),

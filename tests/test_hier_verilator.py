@@ -61,7 +61,7 @@ def test_combo_update_evaluates_on_a_change_only():
     assert "const auto prev_i_b__V = handlep__V->i_b;" in combo
     # the values before are taken before the assignments, compared after them
     assert combo.index("prev_i_b__V = ") < combo.index("handlep__V->i_a = (i_a);")
-    assert ("if (!handlep__V->m_evaluated__V || handlep__V->m_fall_pending__V "
+    assert ("if (!handlep__V->m_evaluated__V "
             "|| handlep__V->i_a != prev_i_a__V || handlep__V->i_b != prev_i_b__V) {\n"
             "            handlep__V->eval();\n") in combo
     assert combo.count("eval()") == 1
@@ -72,13 +72,16 @@ def test_a_single_clock_s_fall_is_seen_by_the_next_evaluation():
     assert "bool m_fall_pending__V = false;" in edited[:edited.index("extern")]
     _, seq = updates(edited)
     rise, fall = seq.split("} else if")
-    # the rise: a pending fall first, then the edge, then the fall left pending
-    assert re.search(r"if \(clk\) \{\s+if \(handlep__V->m_fall_pending__V\) handlep__V->eval\(\);"
-                     r"\s+handlep__V->clk = 1;\s+handlep__V->eval\(\);\s+handlep__V->clk = 0;",
-                     rise), rise
+    # a rise (not a repeated high): a pending fall first, then the edge,
+    # then the fall left pending
+    assert re.search(r"if \(clk\) \{\s+if \(!handlep__V->m_clock_high__V\) \{[^\n]*\n"
+                     r"\s+if \(handlep__V->m_fall_pending__V\) handlep__V->eval\(\);"
+                     r"\s+handlep__V->clk = 1;\s+handlep__V->eval\(\);\s+handlep__V->clk = 0;"
+                     r"[^\n]*\n\s+handlep__V->m_fall_pending__V = true;", rise), rise
     # the fall evaluates only before any evaluation or with the clock still high
     assert fall.startswith(" (!handlep__V->m_evaluated__V || handlep__V->clk) {")
     assert fall.count("eval()") == 1
+    assert "handlep__V->m_clock_high__V = clk;" in fall
 
 
 def test_without_folding_the_clock_s_edges_are_left_alone():
@@ -94,6 +97,13 @@ def test_two_clocks_are_not_folded():
     assert "m_fall_pending__V" not in seq and seq.count("eval()") == 1
 
 
+def test_a_block_without_inputs_is_evaluated_once_between_edges():
+    none = WRAPPER.replace("        handlep__V->i_a = (i_a);\n", "").replace(
+        "        VL_SET_W_SVLV(163,  handlep__V->i_b, i_b + 0);\n", "")
+    combo, _ = updates(edit_wrapper(none))
+    assert "if (!handlep__V->m_evaluated__V) {" in combo
+
+
 def test_an_edited_wrapper_is_left_as_it_is():
     """Verilator skips an unchanged block's verilation, leaving the edited file."""
     once = edit_wrapper(WRAPPER)
@@ -106,8 +116,12 @@ def test_an_edited_wrapper_is_left_as_it_is():
      "no \\*_protectlib_combo_update"),
     (WRAPPER.replace("long long blk_protectlib_seq_update", "long long blk_other"),
      "no \\*_protectlib_seq_update"),
-    (WRAPPER.replace("        handlep__V->i_a = (i_a);\n", "").replace(
-        "        VL_SET_W_SVLV(163,  handlep__V->i_b, i_b + 0);\n", ""), "sets no input"),
+    (WRAPPER.replace("        handlep__V->i_a = (i_a);\n",
+                     "        handlep__V->i_a = (i_a);\n        handlep__V->rootp->x = 1;\n"),
+     "does more than set inputs before its evaluation: handlep__V->rootp->x = 1;"),
+    # a combo_update without its evaluation: the match would run into seq_update
+    (WRAPPER.replace("        handlep__V->eval();\n        *o_y", "        *o_y", 1),
+     "does more than set inputs"),
 ])
 def test_a_wrapper_of_another_shape_is_refused(text, message):
     with pytest.raises(ValueError, match=message):
@@ -151,6 +165,15 @@ def test_a_design_with_a_falling_edge_keeps_its_clock_s_evaluations(tmp_path):
     verilator = fake_verilator(tmp_path, WRAPPER)
     negedge = "module blk(input clk);\n  always @(negedge clk) ;\nendmodule\n"
     assert main([str(verilator), "-f", str(args_file(tmp_path, verilog=negedge))]) == 0
+    assert ((tmp_path / "obj" / "blk.cpp").read_text()
+            == edit_wrapper(WRAPPER, fold_falls=False))
+
+
+def test_verilog_it_cannot_read_keeps_the_clock_s_evaluations(tmp_path):
+    verilator = fake_verilator(tmp_path, WRAPPER)
+    args = args_file(tmp_path)
+    args.write_text(args.read_text().replace("top.v", "missing.v"))
+    assert main([str(verilator), "-f", str(args)]) == 0
     assert ((tmp_path / "obj" / "blk.cpp").read_text()
             == edit_wrapper(WRAPPER, fold_falls=False))
 

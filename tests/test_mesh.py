@@ -22,7 +22,7 @@ from sim.build import HIER_BLOCK, generate_verilog
 from sim.etsoc_placement import RING
 from sim.experiments import mesh
 from sim.report import row_met
-from sim.runner import run_cocotb
+from sim.runner import HIER_BUILD_TAG, run_cocotb
 
 SIM = os.environ.get("FABRICSIM_SIM", "verilator")
 BUILD = Path(__file__).resolve().parent.parent / "build"
@@ -303,6 +303,21 @@ def test_a_window_below_the_link_credits_keeps_credits_back_yet_home(verilog, tm
     got = simulate(verilog, [run], tmp_path, cfg)[0]
     mesh.check_run(cfg, run, got)   # raises on a credit not home
     assert not any(got["settled"].values()), got["settled"]
+
+
+def test_the_hierarchical_blocks_evaluate_only_on_a_change(verilog, tmp_path):
+    """The build's shire, router and mesh stop libraries carry
+    ``sim/hier_verilator.py``'s edit; the two with one clock see it fall in
+    their next evaluation (a run builds them first)."""
+    pp = mesh.PingPong(CFG.minion_id(0, 0), CFG.minion_id(1, 0))
+    got = simulate(verilog, [mesh.build_run(CFG, "one ping-pong", pp, set(), {})], tmp_path)
+    assert got[0]["ended"] == "done"
+    build = verilog.parent / f"verilator{HIER_BUILD_TAG}"
+    for block, folded in (("etsoc_shire", True), ("etsoc_mesh_router", True),
+                          ("etsoc_shire_port", False)):
+        text = (build / f"V{block}" / f"{block}.cpp").read_text()
+        assert "if (!handlep__V->m_evaluated__V || " in text, block
+        assert ("handlep__V->m_fall_pending__V = true;" in text) == folded, block
 
 
 def test_watchdog_names_the_waiting_minions(verilog, tmp_path):
