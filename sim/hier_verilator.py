@@ -88,8 +88,8 @@ def edit_wrapper(source: str, fold_falls: bool = True) -> str:
     ------
     ValueError
         If ``source`` has no container class, ``combo_update`` or
-        ``seq_update`` of the expected shape, or a ``combo_update`` that does
-        anything but set inputs before its evaluation.
+        ``seq_update`` of the expected shape, or one of them does anything
+        but set inputs (clocks) before its evaluation.
     """
     if _MARK in source:
         return source
@@ -106,6 +106,9 @@ def edit_wrapper(source: str, fold_falls: bool = True) -> str:
         raise ValueError(f"combo_update does more than set inputs before its evaluation: "
                          f"{strange}")
     ports = [s[1] or s[2] for s in sets]
+    clocks = seq["sets"].splitlines(keepends=True)
+    if not clocks or not all(_ONE_CLOCK.fullmatch(line) for line in clocks):
+        raise ValueError("seq_update does more than set its clocks before its evaluation")
     pad = container["indent"]
     members = (f"{pad}{_MARK}\n"
                f"{pad}bool m_evaluated__V = false;    // evaluated at least once\n"
@@ -128,7 +131,7 @@ def edit_wrapper(source: str, fold_falls: bool = True) -> str:
                f"{i}}}")]
 
     i = seq["indent"]
-    one = _ONE_CLOCK.fullmatch(seq["sets"])
+    one = _ONE_CLOCK.fullmatch(seq["sets"])     # one clock
     if fold_falls and one is not None:
         clk = f"handlep__V->{one[1]}"
         edits.append((seq.start("sets"), seq.end(),

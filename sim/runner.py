@@ -2,9 +2,11 @@
 
 The simulator build for a Verilog file lives beside it, in
 ``<verilog dir>/<sim>/`` (``-internal`` and ``-waves`` are appended for the
-build variants, and :data:`HIER_BUILD_TAG` for a hierarchical one), so it is shared by every run of that configuration and
-rebuilt only when the Verilog changes; since Verilog files are
-content-addressed (see :mod:`sim.build`) that means never. Each run gets its
+build variants, and :data:`HIER_BUILD_TAG` for a hierarchical one, so that
+a change to ``sim/hier_verilator.py`` builds afresh), so it is shared by
+every run of that configuration and rebuilt only when the Verilog changes;
+since Verilog files are content-addressed (see :mod:`sim.build`) that means
+never. Each run gets its
 own ``test_dir`` holding what belongs to that run alone: the plan handed to
 the testbench, the result it writes back, cocotb's ``results.xml``, the
 simulation log and the waveform.

@@ -122,6 +122,9 @@ def test_an_edited_wrapper_is_left_as_it_is():
     # a combo_update without its evaluation: the match would run into seq_update
     (WRAPPER.replace("        handlep__V->eval();\n        *o_y", "        *o_y", 1),
      "does more than set inputs"),
+    (WRAPPER.replace("        handlep__V->clk = (clk);\n",
+                     "        handlep__V->clk = (clk);\n        handlep__V->rootp->x = 1;\n"),
+     "seq_update does more than set its clocks"),
 ])
 def test_a_wrapper_of_another_shape_is_refused(text, message):
     with pytest.raises(ValueError, match=message):
