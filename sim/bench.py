@@ -332,7 +332,7 @@ WORKLOADS = {"dsm": _dsm_workload, "mesh": _mesh_workload, "pcie": _pcie_workloa
 #: length the cocotb-to-bare ratio is judged at.  The 1,024-minion mesh
 #: simulates at about 300 minion cycles per second here (1,011,410 cycles in
 #: 3,480 s on the bare harness), so its million cycles take about an hour
-#: per simulator (``--megacycles 0.04`` gives two of its runs, about 3.5
+#: per simulator (``--megacycles 0.04`` gives two of its runs, about 4
 #: minutes per simulator).
 DEFAULT_MEGACYCLES = {"dsm": 1.0, "mesh": 1.0, "pcie": 1.0}
 
