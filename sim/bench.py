@@ -61,10 +61,10 @@ from pathlib import Path
 __all__ = ["WORKLOADS", "bare_harness", "main", "ops_of_plan", "run_bare", "time_report"]
 
 #: The C++ harness: reads ``W addr value`` (one register write, one cycle),
-#: ``S port value`` (hold an input), ``P port`` (pulse an input for one cycle)
-#: and ``U port port2 max`` (run until either output is high, at most ``max``
-#: cycles) from the file named by its first argument, and prints the cycles
-#: and wall seconds.  PORTS lines are generated per top.
+#: ``S port value`` (hold an input), ``P port`` (pulse an input for one cycle),
+#: ``U port port2 max`` (run until either output is high, at most ``max``
+#: cycles) and ``I n`` (run ``n`` cycles with the inputs held) from the file
+#: named by its first argument, and prints the cycles and wall seconds.  PORTS lines are generated per top.
 _HARNESS = r"""
 #include <chrono>
 #include <cstdint>
@@ -129,6 +129,13 @@ int main(int argc, char** argv) {
             std::printf("wait %%s %%llu\n", output_high(a) ? a.c_str()
                         : output_high(b) ? b.c_str() : "timeout",
                         (unsigned long long)(cycles - start));
+        } else if (op == "I") {
+            uint64_t n;
+            in >> n;
+            for (uint64_t i = 0; i < n; ++i) tick();
+        } else {
+            std::fprintf(stderr, "unknown op %%s\n", op.c_str());
+            return 2;
         }
     }
     double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -239,10 +246,14 @@ def run_bare(binary, ops, work_dir):
     return cycles, wall, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, waits
 
 
-def ops_of_plan(plan, stages):
+def ops_of_plan(plan, stages, settle_cycles=0, quiet_cycles=0):
     """Harness ops of a cocotb plan: per run its register writes, then
     ``stages`` (``[(pulse port, wait output, other output or None, plan key of
-    the most cycles)]``)."""
+    the most cycles)]``), then ``settle_cycles`` idle cycles; after the last
+    run ``quiet_cycles`` idle cycles more.  The idle cycles are those the
+    testbench clocks after a run to check the fabric at rest (the PCIe
+    testbench's ``SETTLE_CYCLES`` and ``QUIET_CYCLES``), so that both paths
+    simulate the same cycles."""
     ops = []
     for run in plan["runs"]:
         if "plane_enable" in run:
@@ -250,7 +261,17 @@ def ops_of_plan(plan, stages):
         ops += [f"W {addr} {value & 0xFFFFFFFF}" for addr, value in run["writes"]]
         for pulse, wait, other, most in stages:
             ops += [f"P {pulse}", f"U {wait} {other or wait} {plan[most]}"]
+        if settle_cycles:
+            ops.append(f"I {settle_cycles}")
+    if quiet_cycles and plan["runs"]:
+        ops.append(f"I {quiet_cycles}")
     return ops
+
+
+def _ops(work):
+    """Harness ops of workload ``work``."""
+    return ops_of_plan(work["plan"], work["stages"], work.get("settle_cycles", 0),
+                       work.get("quiet_cycles", 0))
 
 
 # --- workloads ----------------------------------------------------------------------
@@ -259,6 +280,7 @@ def _pcie_workload(megacycles):
     from hdl.pcie.config import PcieConfig
     from hdl.pcie.system import PcieSystem
     from sim.experiments import pcie
+    from testbenches.pcie import QUIET_CYCLES, SETTLE_CYCLES
 
     cfg = PcieConfig()
     nbytes = int(megacycles * 25e6) // 4096 * 4096
@@ -268,6 +290,7 @@ def _pcie_workload(megacycles):
             "config": cfg, "toplevel": "pcie_system", "testbench": "testbenches.pcie",
             "plan": pcie.plan(cfg, [run]),
             "stages": [("ctl_start", "done", "stuck", "run_cycles")],
+            "settle_cycles": SETTLE_CYCLES, "quiet_cycles": QUIET_CYCLES,
             "inputs": ["ctl_start"], "outputs": ["done", "stuck"],
             "clocks": [("clk", "rst", 1000)]}
 
@@ -383,7 +406,7 @@ def _measure_pysim(work, cycles):
     from amaranth.sim import Simulator
 
     dut = work["component"](work["config"].hardware())
-    ops = ops_of_plan(work["plan"], work["stages"])
+    ops = _ops(work)
     count = [0]
 
     async def bench(ctx):
@@ -407,6 +430,10 @@ def _measure_pysim(work, cycles):
                 count[0] += 1
             elif parts[0] == "U":
                 while count[0] < cycles and not ctx.get(getattr(dut, parts[1])):
+                    await ctx.tick()
+                    count[0] += 1
+            elif parts[0] == "I":
+                for _ in range(min(int(parts[1]), cycles - count[0])):
                     await ctx.tick()
                     count[0] += 1
 
@@ -455,7 +482,7 @@ def bench_fabric(fabric, megacycles, pysim_cycles, build_root, log=print, pysim_
                                    work["clocks"], verilog.parent)
     log(f"{fabric}: bare harness built ({build_s:.0f} s); running")
     def bare():
-        got = _in_child(run_bare, binary, ops_of_plan(work["plan"], work["stages"]), run_root)
+        got = _in_child(run_bare, binary, _ops(work), run_root)
         if any(w in ("stuck", "timeout") for w, _ in got[3]):
             raise RuntimeError(f"{fabric}: the bench run ended {got[3]} on the bare harness")
         return got[:3]
