@@ -4,6 +4,7 @@
 import json
 
 import pytest
+from amaranth.hdl import Elaboratable, Module, Signal
 
 from sim import bench
 from sim.report import _bench_section
@@ -55,6 +56,12 @@ def test_the_report_shows_the_speed_table(tmp_path):
     assert _bench_section(tmp_path / "nothing") == []
 
 
+def test_the_bench_help_prints(capsys):
+    with pytest.raises(SystemExit) as done:
+        bench.main(["--help"])
+    assert done.value.code == 0 and "--pysim-timeout" in capsys.readouterr().out
+
+
 def test_bad_bench_input_is_refused(capsys):
     assert bench.main(["nvlink"]) == 2
     assert "FABRIC must be one of dsm, mesh, pcie, not 'nvlink'" in capsys.readouterr().err
@@ -73,3 +80,39 @@ def test_a_short_bench_of_the_pcie_machine(tmp_path):
     # cocotb path counts the bare harness's cycles within a few of start-up
     assert abs(by["verilator-cocotb"]["cycles"] - by["verilator-bare"]["cycles"]) < 10
     assert all(r["cycles_per_s"] > 0 and r["peak_rss_mib"] > 0 for r in rows)
+
+
+class _Countdown(Elaboratable):
+    """A top with the bench's ports whose ``done`` rises 3 cycles after ``ctl_start``'s."""
+
+    def __init__(self):
+        self.cfg_addr, self.cfg_data = Signal(8), Signal(32)
+        self.cfg_we, self.ctl_start = Signal(), Signal()
+        self.done, self.stuck = Signal(), Signal()
+
+    def elaborate(self, platform):
+        m = Module()
+        left = Signal(3)
+        with m.If(self.ctl_start):
+            m.d.sync += left.eq(3)
+        with m.Elif(left != 0):
+            m.d.sync += left.eq(left - 1)
+        m.d.comb += self.done.eq(left == 1)
+        return m
+
+
+def _countdown_work():
+    class Config:
+        def hardware(self):
+            return None
+    return {"component": lambda hardware: _Countdown(), "config": Config(),
+            "plan": {"run_cycles": 10, "runs": [{"writes": [(1, 2)]}] * 4},
+            "stages": [("ctl_start", "done", "stuck", "run_cycles")], "settle_cycles": 5,
+            "clocks": [("clk", "rst", 1000)]}
+
+
+def test_amaranth_simulator_runs_the_cycles_asked_or_stops_at_its_time():
+    # per run: 1 write, 1 pulse (loads 3), 2 cycles until done, 5 idle = 9 cycles
+    assert bench._measure_pysim(_countdown_work(), 1000)[0] == 36
+    assert bench._measure_pysim(_countdown_work(), 17)[0] == 17
+    assert bench._measure_pysim(_countdown_work(), 1000, seconds=0)[0] == 0
