@@ -27,7 +27,8 @@ Each workload runs
   Python and no VPI, the upper limit on this machine;
 - ``verilator-cocotb``: the project's own path (``sim.runner.run_cocotb``
   and the fabric's cocotb testbench);
-- ``icarus-cocotb``: the same under Icarus, when ``iverilog`` is on PATH;
+- ``icarus-cocotb``: the same under Icarus, when ``iverilog`` is on PATH
+  (listed under ``skipped`` when it is not);
 - ``amaranth-pysim``: Amaranth's Python simulator on the same design, for the
   first ``--pysim-cycles`` cycles only (it is thousands of times slower), or
   fewer when nine tenths of ``--pysim-timeout`` (elaboration included) have
@@ -517,6 +518,11 @@ def bench_fabric(fabric, megacycles, pysim_cycles, build_root, log=print, pysim_
             cycles, wall, rss = bare()
     rows.append(_row(work["top"], "verilator-bare", cycles, wall, build_s, rss))
     log(f"{fabric}: verilator-bare {cycles} cycles in {wall:.1f} s")
+    skipped = []
+    if "icarus" not in available_simulators():
+        skipped.append({"top": work["top"], "simulator": "icarus-cocotb",
+                        "reason": "iverilog is not on PATH"})
+        log(f"{fabric}: icarus-cocotb skipped, iverilog is not on PATH")
     for sim in [s for s in ("verilator", "icarus") if s in available_simulators()]:
         # Build (or find built) first, with an empty plan, so the timing is the run's.
         t0 = time.monotonic()
@@ -531,7 +537,6 @@ def bench_fabric(fabric, megacycles, pysim_cycles, build_root, log=print, pysim_
                                f"the testbench's")
         rows.append(_row(work["top"], f"{sim}-cocotb", cycles, wall, build_s, rss))
         log(f"{fabric}: {sim}-cocotb {cycles} cycles in {wall:.1f} s")
-    skipped = []
     try:
         cycles, wall, rss = _in_child(_measure_pysim, work, pysim_cycles,
                                       PYSIM_BUDGET * pysim_timeout, timeout=pysim_timeout)
@@ -614,23 +619,29 @@ def main(argv=None):
     from rich.table import Table
 
     from sim.cli import OneLineParser, UsageError, _writable_folders, folder_option, \
-        write_json_atomically
+        table_console, write_json_atomically
 
     parser = OneLineParser(prog="python -m sim.bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("fabrics", nargs="*", metavar="FABRIC", default=list(WORKLOADS))
+    parser.add_argument("fabrics", nargs="*", metavar="FABRIC", default=list(WORKLOADS),
+                        help=f"the tops to bench, of {', '.join(WORKLOADS)} (default: all)")
     parser.add_argument("--megacycles", type=float, default=None,
                         help="length of each workload, millions of main-clock cycles (default: 1)")
     parser.add_argument("--pysim-cycles", type=int, default=2000,
                         help="cycles run under Amaranth's Python simulator (fewer if "
-                             "its time runs out)")
+                             "its time runs out; default: %(default)s)")
     parser.add_argument("--pysim-timeout", type=float, default=900,
                         help="seconds Amaranth's simulator may take, elaboration included; "
-                             f"it stops simulating at {PYSIM_BUDGET * 100:.0f}%% of them")
+                             f"it stops simulating at {PYSIM_BUDGET * 100:.0f}%% of them "
+                             "(default: %(default)g)")
     parser.add_argument("--report-times", action="store_true",
                         help="also time `make report` from a cold and a warm build cache")
-    parser.add_argument("--results", type=folder_option, default="results")
-    parser.add_argument("--build", type=folder_option, default="build")
+    parser.add_argument("--results", type=folder_option, default="results",
+                        help="folder of bench.json (default: %(default)s)")
+    parser.add_argument("--build", type=folder_option, default="build",
+                        help="build folder, Verilog and simulators reused from it "
+                             "(default: %(default)s)")
     args = parser.parse_args(argv)
+    args.fabrics = list(dict.fromkeys(args.fabrics))
     for fabric in args.fabrics:
         if fabric not in WORKLOADS:
             return parser.refuse(f"FABRIC must be one of {', '.join(WORKLOADS)}, "
@@ -670,7 +681,7 @@ def main(argv=None):
         table.add_row(r["top"], r["simulator"], f"{r['cycles']:,}", f"{r['wall_s']:.2f}",
                       f"{r['cycles_per_s']:,.0f}", f"{r['ratio_to_bare']:.3f}",
                       f"{r['build_s']:.0f}", f"{r['peak_rss_mib']:.0f}")
-    Console().print(table)
+    table_console().print(table)
     if "report" in bench:
         r = bench["report"]
         print(f"make report on {r['cpus']} CPUs: {r['cold_s'] / 60:.1f} min from an empty "

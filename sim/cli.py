@@ -113,6 +113,9 @@ def _writable_folder(path, what):
         option) and the folder.
     """
     created = not path.exists()
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{what} must be a folder fabricsim can write, not {str(path)!r} "
+                         f"(a file)")
     try:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=path):
@@ -431,7 +434,6 @@ def _number(text):
 
 
 def _cmd_list(args):
-    from rich.console import Console
     from rich.table import Table
 
     for fabric in args.fabrics:
@@ -439,9 +441,9 @@ def _cmd_list(args):
             raise UsageError(f"FABRIC must be one of {', '.join(FABRICS)} or all, not {fabric!r}")
     fabrics = ([f for f in FABRICS if f in args.fabrics or "all" in args.fabrics]
                or list(FABRICS))
-    console = Console()
+    console = table_console()
     table = Table(title="experiments")
-    # names are never split, even at a pipe's 80 columns: they are copied
+    # names are never split, even in a narrow terminal: they are copied
     # into commands
     table.add_column("name", no_wrap=True)
     table.add_column("what")
@@ -730,6 +732,24 @@ def waited_text(since):
     second: ``"45 s"``, ``"2 min 5 s"``."""
     minutes, seconds = divmod(round(time.monotonic() - since), 60)
     return f"{minutes} min {seconds} s" if minutes else f"{seconds} s"
+
+
+#: Width, in characters, of the tables written to a file or a pipe: rich's
+#: default there is 80, which cuts a wide table's cells short ("pcie_s…").
+#: ``COLUMNS`` in the environment still wins.
+PIPED_COLUMNS = 160
+
+
+def table_console(**options):
+    """A ``rich.console.Console`` (``options`` as rich's) for printing tables:
+    :data:`PIPED_COLUMNS` wide when its output is not a terminal and
+    ``COLUMNS`` is unset, the terminal's width otherwise."""
+    from rich.console import Console
+
+    console = Console(**options)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(width=PIPED_COLUMNS, **options)
+    return console
 
 
 @contextlib.contextmanager
@@ -1108,7 +1128,7 @@ def _cmd_sweep(args):
             shown.add_row(*[r["point"][f] for f, _ in grid], format_value(r["model"], r["unit"]),
                           format_seed(r.get("reference"), r.get("reference_range"), r["unit"]),
                           {True: "yes", False: "no"}.get(r["met"], "—"))
-        Console().print(shown)
+        table_console().print(shown)
     written = [path, path.with_suffix(".csv")] + [path.with_suffix(".png")] * bool(chosen)
     print(f"sweep: {', '.join(map(str, written))}")
     return 1 if any(error for _, error in outcomes) else 0

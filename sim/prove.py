@@ -898,7 +898,7 @@ def main(argv=None):
     from rich.table import Table
 
     from sim.cli import (OneLineParser, _writable_folders, folder_option, jobs_option,
-                         progress_shown, waited_text)
+                         progress_shown, table_console, waited_text)
 
     parser = OneLineParser(prog="python -m sim.prove", description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", metavar="NAME", help="proofs to run (default: all)")
@@ -922,7 +922,7 @@ def main(argv=None):
     except ValueError as error:
         return parser.refuse(error)
     names = list(dict.fromkeys(args.names)) or list(PROOFS)
-    console = Console()
+    console = table_console()
     ended = []
     started = time.monotonic()
 

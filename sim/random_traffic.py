@@ -457,16 +457,14 @@ def main(argv=None):
 
 
 def _run_and_write(args):
-    import sys
-
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    from sim.cli import progress_shown, waited_text
+    from sim.cli import progress_shown, table_console, waited_text
 
     seeds = args.seed or list(range(1, args.seeds + 1))
-    console = Console()
+    console = table_console()
     fabrics = list(dict.fromkeys(args.fabrics or FABRICS))
     options = dict(sim=args.sim, small=args.small, build_root=Path(args.build), cache=True,
                    fresh=args.fresh)

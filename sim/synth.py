@@ -896,7 +896,7 @@ def main(args):
     from rich.table import Table
 
     from sim.cli import (DURATIONS_NAME, UsageError, _read_durations, _writable_folders,
-                         log_config_tables, pool, progress_shown, waited_text,
+                         log_config_tables, pool, progress_shown, table_console, waited_text,
                          write_json_atomically)
     from sim.report import _count_text
 
@@ -965,7 +965,7 @@ def main(args):
         table.add_row(r["block"], r["device"], r["config"],
                       *(_count_text(r[k]) for k in ("luts", "ffs", "brams")),
                       f"{r['fmax_mhz']:.1f}" if r["fmax_mhz"] else "—", r["status"])
-    Console().print(table)
+    table_console().print(table)
     print(f"synth: {out}")
     return 1 if any(r["status"] in ("tool error", "timed out") for r in rows) else 0
 
@@ -996,7 +996,7 @@ def sweep(args, from_file=None):
     from rich.table import Table
 
     from sim import sweep as sweeps
-    from sim.cli import FABRICS, UsageError, _field_hint, log_config_tables
+    from sim.cli import FABRICS, UsageError, _field_hint, log_config_tables, table_console
 
     from_file = from_file or {}
     name = args.name.partition(".")[2]
@@ -1067,7 +1067,7 @@ def sweep(args, from_file=None):
                    + [f"{row['fmax_mhz']:.1f}" if row["fmax_mhz"] else "-", row["status"]]
                    if row else ["-"] * 4 + [f"failed: {error}"])
         shown.add_row(*point.values(), *figures)
-    Console().print(shown)
+    table_console().print(shown)
     written = [p for p in (path, path.with_suffix(".csv"), path.with_suffix(".png"))
                if p.exists()]
     print(f"sweep: {', '.join(map(str, written))}")

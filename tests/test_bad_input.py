@@ -797,7 +797,7 @@ def test_other_tools_check_their_results_folder_before_working(tmp_path, capsys,
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1, err
     assert err[0] == (f"sim.{tool}: error: --results must be a folder fabricsim can write, "
-                      f"not {str(blocker)!r} (File exists)")
+                      f"not {str(blocker)!r} (a file)")
 
 
 def test_a_run_still_moving_at_its_limit_is_not_called_stuck():

@@ -50,10 +50,31 @@ def test_the_report_shows_the_speed_table(tmp_path):
            "2 CPUs (exit 0) | 2.0 min | <= 3 min | yes |" in text
     assert "| `make report`, builds reused, every run simulated again (`FRESH=1`), 2 CPUs " \
            "(exit 1) | 15.0 min | <= 3 min | **no** |" in text
+    short = dict(cocotb, cycles=51133, ratio_to_bare=0.763)
+    (tmp_path / "bench.json").write_text(json.dumps({"rows": [row, short]}))
+    assert "| cocotb at a quarter of the bare harness or more over a million cycles: " \
+           "pcie_system, only 51,133 cycles | 0.763 | >= 0.25 | not measured: a run under a " \
+           "million cycles |" in "\n".join(_bench_section(tmp_path))
     (tmp_path / "bench.json").write_text(json.dumps({"rows": [{"top": "x"}]}))
     with pytest.raises(ValueError, match="not a bench file"):
         _bench_section(tmp_path)
     assert _bench_section(tmp_path / "nothing") == []
+
+
+def test_a_piped_table_is_not_cut_at_80_columns(capsys, monkeypatch):
+    from rich.table import Table
+
+    from sim.cli import table_console
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    table = Table()
+    for name in ("top", "simulator", "cycles", "wall s", "cycles/s", "ratio to bare",
+                 "build s", "peak RSS MiB"):
+        table.add_column(name)
+    table.add_row("pcie_system (8 GPUs)", "verilator-cocotb", "51,133", "0.83", "61,606",
+                  "0.905", "1", "49")
+    table_console().print(table)
+    assert "pcie_system (8 GPUs) │ verilator-cocotb" in capsys.readouterr().out
 
 
 def test_the_bench_help_prints(capsys):
