@@ -288,7 +288,8 @@ def parse_overrides(config_cls, items):
 
     Values are parsed by the field's default's type: integers (``0x`` allowed),
     floats, booleans (``true``/``false``, ``1``/``0``, ``yes``/``no``,
-    ``on``/``off``), strings, and comma-separated tuples of numbers.
+    ``on``/``off``), strings, and comma-separated tuples of numbers, bracketed
+    or not, or of ``[x, y]`` pairs, which are flattened.
 
     Raises
     ------
@@ -317,8 +318,12 @@ def parse_overrides(config_cls, items):
                 raise ValueError(text)
             if isinstance(default, tuple):
                 # [16,32] and (16,32), as fabricsim list and TOML write them, too
-                inner = re.sub(r"^\s*([\[(])(.*)([\])])\s*$",
-                               lambda m: m[2] if m[1] + m[3] in ("[]", "()") else m[0], text)
+                inner = text if _PAIRS.fullmatch(text) else re.sub(
+                    r"^\s*([\[(])(.*)([\])])\s*$",
+                    lambda m: m[2] if m[1] + m[3] in ("[]", "()") else m[0], text)
+                if _PAIRS.fullmatch(inner):
+                    # [x, y] pairs, as a TOML file may give them, flattened
+                    inner = ",".join(_PAIR.findall(inner))
                 parts = [p.strip() for p in inner.split(",")] if inner.strip() else []
                 if "" in parts:
                     raise UsageError(f"{name} must be comma-separated numbers with none "
@@ -372,6 +377,13 @@ def _unparsable(defaults, name, text):
         else type(default).__name__)
     return f"{name} must be {kind}, not {text!r}"
 
+
+#: One ``[x, y]`` (or ``(x, y)``) pair of a ``--set`` list value, and a
+#: list of them, as a TOML file's ``placement = [[0, 0], [1, 0]]``.
+_PAIR_BODY = r"[^\[\]()\s,]+\s*,\s*[^\[\]()\s,]+"
+_ONE_PAIR = rf"(?:\[\s*{_PAIR_BODY}\s*\]|\(\s*{_PAIR_BODY}\s*\))"
+_PAIR = re.compile(_PAIR_BODY)
+_PAIRS = re.compile(rf"\s*{_ONE_PAIR}(?:\s*,\s*{_ONE_PAIR})*\s*")
 
 _BOOLEAN = {"1": True, "true": True, "yes": True, "on": True,
             "0": False, "false": False, "no": False, "off": False}

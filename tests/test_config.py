@@ -2,6 +2,7 @@
 
 import pytest
 
+from hdl.etsoc.config import MeshConfig
 from hdl.hopper.config import DsmConfig
 from sim.cli import UsageError, main, parse_overrides, resolve_names
 from sim.config_file import check_structural, load_config_file, with_config_items
@@ -85,6 +86,14 @@ def test_set_parses_by_field_type():
         assert parse_overrides(DsmConfig, [f"payload_kib={text}"]).payload_kib == (16, 32)
     with pytest.raises(UsageError, match="payload_kib must be comma-separated numbers"):
         parse_overrides(DsmConfig, ["payload_kib=[16,32)"])
+    # [x, y] pairs, as a TOML file may give a mesh placement, are flattened
+    two = ["mesh_cols=2", "mesh_rows=1", "compute_shires=2"]
+    flat = parse_overrides(MeshConfig, [*two, "placement=0,0,1,0"]).placement
+    for text in ("[[0,0],[1,0]]", "[0, 0], [1, 0]", "(0,0),(1,0)", "[(0, 0), (1, 0)]"):
+        assert parse_overrides(MeshConfig, [*two, f"placement={text}"]).placement == flat
+    for text in ("[[0,0],[1]]", "[[0,0],[1,0)]", "[[0,0,1],[1,0]]"):
+        with pytest.raises(UsageError, match="placement must be comma-separated numbers"):
+            parse_overrides(MeshConfig, [*two, f"placement={text}"])
 
 
 def test_a_config_file_gives_set_items_and_the_command_line_wins(tmp_path):
