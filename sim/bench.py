@@ -67,7 +67,8 @@ __all__ = ["WORKLOADS", "bare_harness", "main", "ops_of_plan", "run_bare", "time
 #: ``S port value`` (hold an input), ``P port`` (pulse an input for one cycle),
 #: ``U port port2 max`` (run until either output is high, at most ``max``
 #: cycles) and ``I n`` (run ``n`` cycles with the inputs held) from the file
-#: named by its first argument, and prints the cycles and wall seconds.  PORTS lines are generated per top.
+#: named by its first argument, and prints the cycles and wall seconds.
+#: PORTS lines are generated per top.
 _HARNESS = r"""
 #include <chrono>
 #include <cstdint>
