@@ -79,8 +79,18 @@ class OneLineParser(argparse.ArgumentParser):
                 self.error(f"{arg.partition('=')[0]} takes a value other than '--', not {arg!r}")
         return super().parse_known_args(args, namespace)
 
+    #: Options of this parser that go before a subcommand; one given after
+    #: it is unrecognised, and the error says where it goes.
+    global_options = ()
+
     def error(self, message):
         name, command = self._command()
+        if message.startswith("unrecognized arguments:"):
+            late = [o for o in self.global_options
+                    if any(w.partition("=")[0] == o for w in message.split()[2:])]
+            if late:
+                message += (f"; {' and '.join(late)} go{'es' * (len(late) == 1)} before the "
+                            f"command ({command} {late[0]} ... run ...)")
         self.exit(2, f"{name}: error: {message} (see {command} --help)\n")
 
     def refuse(self, message):
@@ -1177,6 +1187,7 @@ def main(argv=None):
                         help="results folder (default: results)")
     parser.add_argument("--build", default="build", type=folder_option,
                         help="build folder (default: build)")
+    parser.global_options = ("--results", "--build")
     sub = parser.add_subparsers(dest="command", required=True)
     listing = sub.add_parser("list", help="list experiments and configuration fields")
     listing.add_argument("fabrics", nargs="*", metavar="FABRIC",

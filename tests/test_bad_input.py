@@ -33,7 +33,13 @@ CASES = [
      "--set takes FIELD=VALUE, not 'cluster_size'"),
     ("unknown-simulator", ["run", "pcie.peer_copy", "--sim", "xsim"],
      "--sim must be one of verilator, icarus, not 'xsim'"),
-    ("unknown-flag", ["run", "dsm.one_way", "--fast"], "unrecognized arguments: --fast"),
+    ("unknown-flag", ["run", "dsm.one_way", "--fast"], "unrecognized arguments: --fast (see"),
+    ("global-option-after-command", ["run", "dsm.one_way", "--results", "elsewhere"],
+     "unrecognized arguments: --results elsewhere; --results goes before the command "
+     "(fabricsim --results ... run ...)"),
+    ("global-options-after-command", ["list", "--build=b", "--results=r"],
+     "unrecognized arguments: --build=b --results=r; --results and --build go before the "
+     "command (fabricsim --results ... run ...)"),
     ("zero-jobs", ["run", "dsm.one_way", "--jobs", "0"], "argument --jobs/-j: --jobs must be "
                                                          "an integer from 1 to 1024, not '0'"),
     ("list-unknown-fabric", ["list", "nvlink"], "FABRIC must be one of dsm, mesh, pcie or all, "
