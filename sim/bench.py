@@ -520,11 +520,12 @@ def bench_fabric(fabric, megacycles, pysim_cycles, build_root, log=print, pysim_
     rows.append(_row(work["top"], "verilator-bare", cycles, wall, build_s, rss))
     log(f"{fabric}: verilator-bare {cycles} cycles in {wall:.1f} s")
     skipped = []
-    if "icarus" not in available_simulators():
+    simulators = available_simulators()
+    if "icarus" not in simulators:
         skipped.append({"top": work["top"], "simulator": "icarus-cocotb",
                         "reason": "iverilog is not on PATH"})
         log(f"{fabric}: icarus-cocotb skipped, iverilog is not on PATH")
-    for sim in [s for s in ("verilator", "icarus") if s in available_simulators()]:
+    for sim in [s for s in ("verilator", "icarus") if s in simulators]:
         # Build (or find built) first, with an empty plan, so the timing is the run's.
         t0 = time.monotonic()
         run_cocotb(verilog, work["toplevel"], work["testbench"], sim=sim,

@@ -770,7 +770,7 @@ def table_console(**options):
 
     console = Console(**options)
     if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(width=PIPED_COLUMNS, **options)
+        console.width = PIPED_COLUMNS
     return console
 
 
