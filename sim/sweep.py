@@ -509,7 +509,8 @@ def write_sweep(results_dir, fabric, name, grid, items, sim, engine, table, metr
     and renamed when complete, so a table that cannot be drawn or encoded
     leaves an earlier sweep's files as they were.  The plot
     is of the first row whose quantity starts with ``metric`` at each point
-    (the first row by default); it is left out when no row matches.
+    (the first row by default), with the failed points named under it; it is
+    left out when no row matches.
 
     Raises
     ------
@@ -568,6 +569,16 @@ def write_sweep(results_dir, fabric, name, grid, items, sim, engine, table, metr
         title = chosen[0]["quantity"]
         ax.set_title(f"{stem}\n" + (title if len(title) < 70 else title[:67] + "..."),
                      fontsize=9)
+        failed = [_where(r["point"]) for r in table if "error" in r]
+        if failed:
+            # a failed point has no value to draw: named, so its gap is not
+            # read as a point left out of the grid
+            shown = "; ".join(failed[:4]) + (f"; and {len(failed) - 4} more"
+                                             if len(failed) > 4 else "")
+            # under the x label, where no point or legend can hide it
+            ax.annotate(f"failed, not drawn (see the table): {shown}", (0, 0),
+                        xycoords="axes fraction", xytext=(0, -30),
+                        textcoords="offset points", fontsize=7, color="C3", va="top")
         if len(lines) > 1 or others or seed is not None or band:
             ax.legend(fontsize=7)
         ax.grid(True, alpha=0.3)

@@ -150,9 +150,12 @@ def test_a_sweep_refused_by_its_scheduler_leaves_no_run_folder(tmp_path, monkeyp
     assert not (tmp_path / "r").exists()
 
 
-def test_a_failed_point_is_listed_with_its_error(tmp_path):
+def test_a_failed_point_is_listed_with_its_error(tmp_path, monkeypatch):
     """The table keeps every point in order; a failed one carries its error and
-    no model value, and the plot holds the points that ran."""
+    no model value, and the plot holds the points that ran and names the
+    failed one."""
+    from matplotlib.figure import Figure
+
     rows = [{"quantity": "pair_same: [0,1]", "model": 25.1, "reference": 25.2,
              "unit": "GB/s", "tolerance_pct": 5}]
     points = [({"lanes": "8"}, None), ({"lanes": "16"}, None)]
@@ -160,8 +163,16 @@ def test_a_failed_point_is_listed_with_its_error(tmp_path):
     table = sweep.sweep_table(points, outcomes)
     assert table[0] == {"point": {"lanes": "8"}, "error": "run 3 ended stuck"}
     assert table[1]["model"] == 25.1 and table[1]["met"]
+    texts, savefig = [], Figure.savefig
+
+    def saved(fig, *args, **kwargs):
+        texts.extend(t.get_text() for ax in fig.axes for t in ax.texts)
+        return savefig(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", saved)
     path = sweep.write_sweep(tmp_path, "pcie", "peer_copy", [("lanes", ["8", "16"])], [],
                              "verilator", "local", table, "pair_same")
+    assert texts == ["failed, not drawn (see the table): lanes=8"]
     data = json.loads(path.read_text())
     assert data["rows"] == table and data["plot"] == "pcie.peer_copy.png"
     with open(tmp_path / "sweep" / "pcie.peer_copy.csv", newline="") as f:
