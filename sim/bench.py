@@ -617,11 +617,10 @@ def main(argv=None):
         If a simulator build or a simulation fails (the message ends with
         its log's last lines).
     """
-    from rich.console import Console
     from rich.table import Table
 
     from sim.cli import OneLineParser, UsageError, _writable_folders, folder_option, \
-        table_console, write_json_atomically
+        wide_console, write_json_atomically
 
     parser = OneLineParser(prog="python -m sim.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("fabrics", nargs="*", metavar="FABRIC", default=list(WORKLOADS),
@@ -662,7 +661,7 @@ def main(argv=None):
         _writable_folders((Path(args.build), "--build"), (Path(args.results), "--results"))
     except UsageError as error:
         return parser.refuse(error)
-    console = Console(stderr=True, log_path=False)
+    console = wide_console(stderr=True, log_path=False)
     rows, skipped = [], []
     for fabric in args.fabrics:
         got, missed = bench_fabric(fabric, args.megacycles or DEFAULT_MEGACYCLES[fabric],
@@ -683,7 +682,7 @@ def main(argv=None):
         table.add_row(r["top"], r["simulator"], f"{r['cycles']:,}", f"{r['wall_s']:.2f}",
                       f"{r['cycles_per_s']:,.0f}", f"{r['ratio_to_bare']:.3f}",
                       f"{r['build_s']:.0f}", f"{r['peak_rss_mib']:.0f}")
-    table_console().print(table)
+    wide_console().print(table)
     if "report" in bench:
         r = bench["report"]
         print(f"make report on {r['cpus']} CPUs: {r['cold_s'] / 60:.1f} min from an empty "

@@ -41,7 +41,7 @@ __all__ = ["FieldSetByExperiment", "GivenOnce", "Job", "OneLineParser", "UsageEr
            "execute_job", "execute_or_error", "folder_option", "generate", "job_run_folders",
            "job_verilog", "jobs_option", "log_config_tables", "longest_first", "main",
            "parse_overrides", "plan_job", "pool", "progress_shown", "resolve_names",
-           "runs_logged", "unknown_field", "waited_text", "write_json_atomically"]
+           "runs_logged", "unknown_field", "waited_text", "wide_console", "write_json_atomically"]
 
 FABRICS = ("dsm", "mesh", "pcie")
 
@@ -296,10 +296,11 @@ def unknown_field(option, config_cls, name):
 def parse_overrides(config_cls, items):
     """Apply ``FIELD=VALUE`` strings to a default ``config_cls`` and validate it.
 
-    Values are parsed by the field's default's type: integers (``0x`` allowed),
-    floats, booleans (``true``/``false``, ``1``/``0``, ``yes``/``no``,
-    ``on``/``off``), strings, and comma-separated tuples of numbers, bracketed
-    or not, or of ``[x, y]`` pairs, which are flattened.
+    Values are parsed by the field's default's type: integers (decimal, with
+    leading zeros or not, or ``0x``), floats, booleans (``true``/``false``,
+    ``1``/``0``, ``yes``/``no``, ``on``/``off``), strings, and comma-separated
+    tuples of numbers, bracketed or not, or of ``[x, y]`` pairs, which are
+    flattened (a refusal of the flat list then says so).
 
     Raises
     ------
@@ -311,10 +312,12 @@ def parse_overrides(config_cls, items):
     fields = {f.name: f for f in dataclasses.fields(config_cls)}
     defaults = config_cls()
     changes = {}
+    paired = set()      # fields given as [x, y] pairs
     for item in items:
         name, eq, text = item.partition("=")
-        if not eq:
-            raise UsageError(f"--set takes FIELD=VALUE, not {item!r}")
+        if not eq or not name.strip():
+            raise UsageError(f"--set takes FIELD=VALUE, a field's name before the '=', "
+                             f"not {item!r}")
         if name not in fields:
             raise unknown_field("--set", config_cls, name)
         if name in changes:
@@ -334,6 +337,7 @@ def parse_overrides(config_cls, items):
                 if _PAIRS.fullmatch(inner):
                     # [x, y] pairs, as a TOML file may give them, flattened
                     inner = ",".join(_PAIR.findall(inner))
+                    paired.add(name)
                 parts = [p.strip() for p in inner.split(",")] if inner.strip() else []
                 if "" in parts:
                     raise UsageError(f"{name} must be comma-separated numbers with none "
@@ -348,7 +352,7 @@ def parse_overrides(config_cls, items):
                                      f"not {text!r}")
                 value = _BOOLEAN[text.lower()]
             elif isinstance(default, int):
-                value = int(text, 0)
+                value = _integer(text)
             elif isinstance(default, float):
                 value = float(text)
             else:
@@ -361,7 +365,9 @@ def parse_overrides(config_cls, items):
     try:
         return defaults.replace(**changes)
     except ValueError as error:
-        raise UsageError(str(error)) from None
+        name = str(error).partition(" ")[0]
+        raise UsageError(f"{error} (the [x, y] pairs given are read as this flat list)"
+                         if name in paired else str(error)) from None
 
 
 def _unparsable(defaults, name, text):
@@ -448,9 +454,26 @@ def jobs_option(text):
     return value
 
 
-def _number(text):
+def _integer(text):
+    """``text`` as an integer: decimal, leading zeros allowed (``03``), or
+    with a ``0x``, ``0o`` or ``0b`` prefix.
+
+    Raises
+    ------
+    ValueError
+        If it is neither.
+    """
     try:
         return int(text, 0)
+    except ValueError:
+        if re.fullmatch(r"\s*[+-]?[0-9]+(?:_[0-9]+)*\s*", text):
+            return int(text, 10)     # int(x, 0) refuses '03', a decimal 3
+        raise
+
+
+def _number(text):
+    try:
+        return _integer(text)
     except ValueError:
         return float(text)
 
@@ -463,7 +486,7 @@ def _cmd_list(args):
             raise UsageError(f"FABRIC must be one of {', '.join(FABRICS)} or all, not {fabric!r}")
     fabrics = ([f for f in FABRICS if f in args.fabrics or "all" in args.fabrics]
                or list(FABRICS))
-    console = table_console()
+    console = wide_console()
     table = Table(title="experiments")
     # names are never split, even in a narrow terminal: they are copied
     # into commands
@@ -485,6 +508,17 @@ def _cmd_list(args):
                           "yes" if f.metadata.get("structural") else "no",
                           f.metadata.get("source", ""))
         console.print(table)
+    from sim.synth import BLOCKS
+
+    table = Table(title="FPGA blocks (fabricsim synth BLOCK)")
+    table.add_column("block", no_wrap=True)
+    for col in ("fabric", "devices", "source"):
+        table.add_column(col, overflow="fold")
+    for block in BLOCKS.values():
+        if block.fabric in fabrics:
+            table.add_row(block.name, block.fabric + " (top)" * block.top,
+                          ", ".join(block.devices), block.source)
+    console.print(table)
     return 0
 
 
@@ -756,15 +790,16 @@ def waited_text(since):
     return f"{minutes} min {seconds} s" if minutes else f"{seconds} s"
 
 
-#: Width, in characters, of the tables written to a file or a pipe: rich's
-#: default there is 80, which cuts a wide table's cells short ("pcie_s…").
-#: ``COLUMNS`` in the environment still wins.
+#: Width, in characters, of the tables and log lines written to a file or a
+#: pipe: rich's default there is 80, which cuts a wide table's cells short
+#: ("pcie_s…") and breaks a log line in three.  ``COLUMNS`` in the
+#: environment still wins.
 PIPED_COLUMNS = 160
 
 
-def table_console(**options):
-    """A ``rich.console.Console`` (``options`` as rich's) for printing tables:
-    :data:`PIPED_COLUMNS` wide when its output is not a terminal and
+def wide_console(**options):
+    """A ``rich.console.Console`` (``options`` as rich's) for tables and log
+    lines: :data:`PIPED_COLUMNS` wide when its output is not a terminal and
     ``COLUMNS`` is unset, the terminal's width otherwise."""
     from rich.console import Console
 
@@ -891,10 +926,9 @@ def log_config_tables(console, source, from_file, taken, done):
 def _cmd_run(args):
     import concurrent.futures
 
-    from rich.console import Console
     from rich.markup import escape
 
-    console = Console(stderr=True, log_path=False)
+    console = wide_console(stderr=True, log_path=False)
     pairs = resolve_names(args.names)
     fabrics = list(dict.fromkeys(f for f, _ in pairs))
     given = _split_sets(fabrics, args.set)
@@ -1046,7 +1080,8 @@ def _cmd_run(args):
                         how = (f"simulation results reused ({reused} of {len(job.parts)} parts)"
                                if reused else "simulated")
                         console.log(f"{job.fabric}.{job.name}: {n_runs} runs in {seconds:.0f} s, "
-                                    f"{how}, {_rows_met_text(data['rows'])} -> {out}")
+                                    f"{how}, {_rows_met_text(data['rows'])}"
+                                    f"{_missed_hint(data, sets[job.fabric])} -> {out}")
                         for wave in _waveforms(data):
                             console.log(f"{job.fabric}.{job.name} waveform: {escape(wave)}")
     finally:
@@ -1070,7 +1105,6 @@ def _waveforms(data):
 
 
 def _cmd_sweep(args):
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
@@ -1079,7 +1113,7 @@ def _cmd_sweep(args):
 
     if args.scheduler is not None and args.engine != "dask":
         raise UsageError("--scheduler needs --engine dask")
-    console = Console(stderr=True, log_path=False)
+    console = wide_console(stderr=True, log_path=False)
     # the fields of the --config file's table of the swept fabric are held at
     # every point, unless a --set or --grid gives them
     from_file = load_config_file(args.config) if args.config is not None else {}
@@ -1150,7 +1184,7 @@ def _cmd_sweep(args):
             shown.add_row(*[r["point"][f] for f, _ in grid], format_value(r["model"], r["unit"]),
                           format_seed(r.get("reference"), r.get("reference_range"), r["unit"]),
                           {True: "yes", False: "no"}.get(r["met"], "—"))
-        table_console().print(shown)
+        wide_console().print(shown)
     written = [path, path.with_suffix(".csv")] + [path.with_suffix(".png")] * bool(chosen)
     print(f"sweep: {', '.join(map(str, written))}")
     return 1 if any(error for _, error in outcomes) else 0
@@ -1164,6 +1198,11 @@ def _cmd_synth(args):
 def _rows_met_text(rows):
     from sim.report import rows_met_text
     return rows_met_text(rows)
+
+
+def _missed_hint(data, sets):
+    from sim.report import missed_hint
+    return missed_hint(data["rows"], data.get("notes", ()), bool(sets))
 
 
 def _cmd_report(args):
@@ -1189,7 +1228,8 @@ def main(argv=None):
                         help="build folder (default: build)")
     parser.global_options = ("--results", "--build")
     sub = parser.add_subparsers(dest="command", required=True)
-    listing = sub.add_parser("list", help="list experiments and configuration fields")
+    listing = sub.add_parser("list", help="list experiments, configuration fields and "
+                                          "FPGA blocks")
     listing.add_argument("fabrics", nargs="*", metavar="FABRIC",
                          help="only these fabrics (all, the default: every one)")
     run = sub.add_parser("run", help="run experiments")
@@ -1256,6 +1296,10 @@ def main(argv=None):
     syn.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
                      help=f"Yosys and nextpnr time allowed per block "
                           f"(default: {DEFAULT_TIMEOUT_S:g})")
+    if not (sys.argv[1:] if argv is None else argv):
+        # no command: what the commands are, rather than an error that one is missing
+        parser.print_help()
+        return 2
     args = parser.parse_args(argv)
     try:
         return {"list": _cmd_list, "run": _cmd_run, "report": _cmd_report,

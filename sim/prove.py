@@ -893,12 +893,11 @@ def main(argv=None):
     int
         0 if every proof passed, 1 if one failed, 2 for an unknown name.
     """
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
     from sim.cli import (OneLineParser, _writable_folders, folder_option, jobs_option,
-                         progress_shown, table_console, waited_text)
+                         progress_shown, wide_console, waited_text)
 
     parser = OneLineParser(prog="python -m sim.prove", description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", metavar="NAME", help="proofs to run (default: all)")
@@ -922,7 +921,7 @@ def main(argv=None):
     except ValueError as error:
         return parser.refuse(error)
     names = list(dict.fromkeys(args.names)) or list(PROOFS)
-    console = table_console()
+    console = wide_console()
     ended = []
     started = time.monotonic()
 
@@ -936,7 +935,7 @@ def main(argv=None):
                 f"{args.jobs} at a time")
 
     # on stderr, apart from the table
-    with progress_shown(Console(stderr=True, log_path=False), waiting):
+    with progress_shown(wide_console(stderr=True, log_path=False), waiting):
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
             results = list(pool.map(prove_one, names))
     table = Table(title="bounded proofs (Yosys sat, cycles from reset)")

@@ -457,14 +457,13 @@ def main(argv=None):
 
 
 def _run_and_write(args):
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    from sim.cli import progress_shown, table_console, waited_text
+    from sim.cli import progress_shown, wide_console, waited_text
 
     seeds = args.seed or list(range(1, args.seeds + 1))
-    console = table_console()
+    console = wide_console()
     fabrics = list(dict.fromkeys(args.fabrics or FABRICS))
     options = dict(sim=args.sim, small=args.small, build_root=Path(args.build), cache=True,
                    fresh=args.fresh)
@@ -477,7 +476,7 @@ def _run_and_write(args):
                 f"{waited_text(started)}")
 
     # on stderr, apart from the table
-    with progress_shown(Console(stderr=True, log_path=False), waiting):
+    with progress_shown(wide_console(stderr=True, log_path=False), waiting):
         if jobs == 1:
             rows = [run_seeds(fabric, seeds, **options) for fabric in fabrics]
         else:

@@ -48,6 +48,7 @@ __all__ = [
     "met_sentence",
     "met_text",
     "rows_met_text",
+    "missed_hint",
     "format_number",
     "format_value",
     "format_range",
@@ -425,6 +426,28 @@ def rows_met_text(raw_rows: Sequence[Mapping[str, Any]]) -> str:
     """
     return _rows_text([_load_row(_Context(Path("<row>")), raw, "row") for raw in raw_rows],
                       met_sentence)
+
+
+def missed_hint(raw_rows: Sequence[Mapping[str, Any]], notes: Sequence[str],
+                what_if: bool) -> str:
+    """What a run's line adds after :func:`rows_met_text` when a row misses its
+    target: that a what-if is compared with the seed's hardware as built, or
+    that the experiment's notes name a known gap (a note starting ``Known
+    gap``); ``""`` when every row is met or neither holds.
+
+    Raises
+    ------
+    ValueError
+        If a row is malformed (see :func:`load_results`).
+    """
+    rows = [_load_row(_Context(Path("<row>")), raw, "row") for raw in raw_rows]
+    if all(r.passes for r in rows):
+        return ""
+    if what_if:
+        return " (a what-if: its rows stand against the seed's hardware as built)"
+    if any(str(n).startswith("Known gap") for n in notes):
+        return " (a known gap: the report's notes for it say why)"
+    return ""
 
 
 def _rows_text(rows: Sequence[ResultRow], form=met_text) -> str:
@@ -1659,8 +1682,8 @@ def print_summary(results_dir: Path, *, console: Console | None = None) -> bool:
     """
     results = load_results(Path(results_dir))
     if console is None:
-        from sim.cli import table_console
-        console = table_console()
+        from sim.cli import wide_console
+        console = wide_console()
 
     table = Table(title=f"fabricsim results ({results_dir})")
     table.add_column("fabric")
@@ -1673,7 +1696,9 @@ def print_summary(results_dir: Path, *, console: Console | None = None) -> bool:
         style = {"✓": "green", "✗": "bold red"}.get(status, "dim")
         # Titles and names come from result files; escape so "[...]" is not read as markup.
         table.add_row(
-            escape(r.fabric), escape(r.experiment), escape(r.title), r.rows_met_text, f"[{style}]{status}[/]"
+            escape(r.fabric), escape(r.experiment),
+            escape(r.title + WHAT_IF_MARK * bool(r.what_if)), r.rows_met_text,
+            f"[{style}]{status}[/]"
         )
     console.print(table)
 
@@ -1686,7 +1711,8 @@ def print_summary(results_dir: Path, *, console: Console | None = None) -> bool:
             seed = (f"{format_number(row.reference)} {row.unit} "
                     f"({error}{'' if error.endswith('pp') else '%'}, "
                     f"target {_target_text(row)})")
-        detail = (f"{r.fabric}/{r.experiment}: {row.quantity} model "
+        detail = (f"{r.fabric}/{r.experiment}{WHAT_IF_MARK * bool(r.what_if)}: "
+                  f"{row.quantity} model "
                   f"{format_number(row.model)} vs seed {seed}")
         console.print(
             f"[bold red]✗[/] {escape(detail)}",

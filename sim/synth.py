@@ -891,16 +891,15 @@ def main(args):
     """
     import concurrent.futures
 
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
     from sim.cli import (DURATIONS_NAME, UsageError, _read_durations, _writable_folders,
-                         log_config_tables, pool, progress_shown, table_console, waited_text,
+                         log_config_tables, pool, progress_shown, wide_console, waited_text,
                          write_json_atomically)
     from sim.report import _count_text
 
-    console = Console(stderr=True, log_path=False)
+    console = wide_console(stderr=True, log_path=False)
     config = load_config_file(args.config) if args.config is not None else {}
     tasks = plan(args.blocks, [args.device] if args.device else [], config, args.config)
     used = list(dict.fromkeys(BLOCKS[name].fabric for name, _, _ in tasks))
@@ -925,7 +924,8 @@ def main(args):
         # the pool takes the units in submission order: the first --jobs
         # unfinished ones are running
         running = [unit_name(tasks[i]) for i in first if rows[i] is None][:args.jobs]
-        return (f"{len(tasks) - sum(r is None for r in rows)}/{len(tasks)} block/device pairs "
+        return (f"{len(tasks) - sum(r is None for r in rows)}/{len(tasks)} block/device "
+                f"pair{'s' * (len(tasks) != 1)} "
                 f"done after {waited_text(started)}"
                 + (f"; running: {', '.join(running)}" if running else ""))
 
@@ -933,7 +933,8 @@ def main(args):
         futures = {workers.submit(synthesise_or_error, *tasks[i], str(build), args.freq,
                                   args.timeout): i
                    for i in first}
-        console.log(f"synthesising {len(tasks)} block/device pairs, {args.jobs} at a time")
+        console.log(f"synthesising {len(tasks)} block/device pair{'s' * (len(tasks) != 1)}, "
+                    f"{min(args.jobs, len(tasks))} at a time")
         for n, future in enumerate(concurrent.futures.as_completed(futures), 1):
             i = futures[future]
             row = rows[i] = future.result()
@@ -965,7 +966,7 @@ def main(args):
         table.add_row(r["block"], r["device"], r["config"],
                       *(_count_text(r[k]) for k in ("luts", "ffs", "brams")),
                       f"{r['fmax_mhz']:.1f}" if r["fmax_mhz"] else "—", r["status"])
-    table_console().print(table)
+    wide_console().print(table)
     print(f"synth: {out}")
     return 1 if any(r["status"] in ("tool error", "timed out") for r in rows) else 0
 
@@ -991,12 +992,11 @@ def sweep(args, from_file=None):
         On an unknown block, field or value (naming the point, and the
         ``--config`` file where its value is why).
     """
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
     from sim import sweep as sweeps
-    from sim.cli import FABRICS, UsageError, _field_hint, log_config_tables, table_console
+    from sim.cli import FABRICS, UsageError, _field_hint, log_config_tables, wide_console
 
     from_file = from_file or {}
     name = args.name.partition(".")[2]
@@ -1032,7 +1032,7 @@ def sweep(args, from_file=None):
     except UsageError as error:
         raise refused_with_file(error, args.config, block.fabric, plan_points, args.set,
                                 held) from None
-    console = Console(stderr=True, log_path=False)
+    console = wide_console(stderr=True, log_path=False)
     device = block.devices[0]
 
     with sweeps.outputs_checked(Path(args.results), stem, args.build):
@@ -1067,7 +1067,7 @@ def sweep(args, from_file=None):
                    + [f"{row['fmax_mhz']:.1f}" if row["fmax_mhz"] else "-", row["status"]]
                    if row else ["-"] * 4 + [f"failed: {error}"])
         shown.add_row(*point.values(), *figures)
-    table_console().print(shown)
+    wide_console().print(shown)
     written = [p for p in (path, path.with_suffix(".csv"), path.with_suffix(".png"))
                if p.exists()]
     print(f"sweep: {', '.join(map(str, written))}")

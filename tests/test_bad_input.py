@@ -30,7 +30,9 @@ CASES = [
     ("unknown-field-all", ["run", "all", "--set", "nosuch=2"],
      "--set field must be a field of dsm, mesh, pcie, not 'nosuch'"),
     ("set-without-value", ["run", "dsm.one_way", "--set", "cluster_size"],
-     "--set takes FIELD=VALUE, not 'cluster_size'"),
+     "--set takes FIELD=VALUE, a field's name before the '=', not 'cluster_size'"),
+    ("set-without-field", ["run", "dsm.one_way", "--set", "=3"],
+     "--set takes FIELD=VALUE, a field's name before the '=', not '=3'"),
     ("unknown-simulator", ["run", "pcie.peer_copy", "--sim", "xsim"],
      "--sim must be one of verilator, icarus, not 'xsim'"),
     ("unknown-flag", ["run", "dsm.one_way", "--fast"], "unrecognized arguments: --fast (see"),
@@ -159,6 +161,12 @@ CASES = [
      "payload_kib must be comma-separated numbers, not '16,\uff13\uff12'"),
     ("dsm-one-size", ["run", "dsm.one_way", "--set", "payload_kib=0"],
      "payload_kib must be at least two sizes, each given once"),
+    ("dsm-negative-size", ["run", "dsm.one_way", "--set", "payload_kib=-16,32"],
+     "payload_kib must be positive sizes in KiB, each a multiple of 16 B, not (-16, 32)"),
+    ("dsm-placement-as-cells", ["run", "dsm.one_way", "--set", "placement=[0, 0], [1, 0]"],
+     "placement must be 2 slots (one per rank of cluster_size; set cluster_size=4 with it "
+     "to place a cluster of 4), not (0, 0, 1, 0) (the [x, y] pairs given are read as this "
+     "flat list)"),
     ("dsm-too-many-sizes", ["run", "dsm.one_way", "--set",
                             "payload_kib=" + ",".join(str(16 * k) for k in range(1, 66))],
      "payload_kib must be at most 64 sizes, not 65"),
@@ -402,6 +410,14 @@ def test_a_config_file_that_cannot_be_read_is_refused(tmp_path, capsys, given, m
     status, err = _run(tmp_path, capsys, argv)
     _assert_refused(status, err, message.format(tmp=tmp_path))
     assert not (tmp_path / "build").exists() and not (tmp_path / "results").exists()
+
+
+def test_fabricsim_alone_prints_its_help(capsys):
+    """No command at all: the commands, on stdout, rather than an error that
+    one is missing (exit status 2: nothing was done)."""
+    assert main([]) == 2
+    out, err = capsys.readouterr()
+    assert out.startswith("usage: fabricsim") and "synth" in out and not err
 
 
 def test_there_are_at_least_25_cases():

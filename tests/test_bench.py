@@ -64,7 +64,7 @@ def test_the_report_shows_the_speed_table(tmp_path):
 def test_a_piped_table_is_not_cut_at_80_columns(capsys, monkeypatch):
     from rich.table import Table
 
-    from sim.cli import table_console
+    from sim.cli import wide_console
 
     monkeypatch.delenv("COLUMNS", raising=False)
     table = Table()
@@ -73,7 +73,7 @@ def test_a_piped_table_is_not_cut_at_80_columns(capsys, monkeypatch):
         table.add_column(name)
     table.add_row("pcie_system (8 GPUs)", "verilator-cocotb", "51,133", "0.83", "61,606",
                   "0.905", "1", "49")
-    table_console().print(table)
+    wide_console().print(table)
     assert "pcie_system (8 GPUs) │ verilator-cocotb" in capsys.readouterr().out
 
 

@@ -81,6 +81,11 @@ def test_set_parses_by_field_type():
                                       "sm_clock_ghz=1.5", "ack_threshold_flits=0x10"])
     assert (cfg.cluster_size, cfg.payload_kib, cfg.plane_enable, cfg.sm_clock_ghz,
             cfg.ack_threshold_flits) == (4, (16, 32), 1, 1.5, 16)
+    # a decimal with a leading zero, as int(x, 0) alone would refuse
+    cfg = parse_overrides(DsmConfig, ["shaper_cycles=03", "payload_kib=016,032"])
+    assert (cfg.shaper_cycles, cfg.payload_kib) == (3, (16, 32))
+    with pytest.raises(UsageError, match="shaper_cycles must be a positive integer, not '0 3'"):
+        parse_overrides(DsmConfig, ["shaper_cycles=0 3"])
     # a list as fabricsim list shows it, or as TOML writes it
     for text in ("(16, 32)", "[16,32]"):
         assert parse_overrides(DsmConfig, [f"payload_kib={text}"]).payload_kib == (16, 32)
@@ -121,6 +126,7 @@ def test_a_config_file_gives_set_items_and_the_command_line_wins(tmp_path):
 @pytest.mark.parametrize("items,text", [
     (["nosuch=1"], "--set field must be one of"),
     (["cluster_size"], "--set takes FIELD=VALUE"),
+    (["=3"], "--set takes FIELD=VALUE, a field's name before the '=', not '=3'"),
     (["cluster_size=two"], "cluster_size must be an integer"),
     (["cluster_size=99"], "cluster_size must be an integer from 1 to 16"),
 ])

@@ -389,6 +389,28 @@ def test_a_what_if_is_marked_where_its_rows_meet_the_seed(tmp_path):
     one_way, latency = sorted(load_results(tmp_path), key=lambda r: r.fabric)
     assert report._plotted(one_way, lambda r: r.title.encode()) == b"A: one-way, 2 SMs (what-if)"
     assert report._plotted(latency, lambda r: r.title.encode()) == b"Mesh zero-load latency"
+    # and the terminal summary marks it in its table
+    out = io.StringIO()
+    print_summary(tmp_path, console=Console(file=out, width=200, color_system=None))
+    assert "A: one-way, 2 SMs (what-if)" in out.getvalue()
+    assert "Mesh zero-load latency (what-if)" not in out.getvalue()
+
+
+def test_a_run_line_says_why_a_row_is_missed():
+    """After a missed row the run's line names a what-if, else a known gap in
+    the notes; nothing when every row is met or the notes name no gap."""
+    from sim.report import missed_hint
+
+    met = {"quantity": "q", "model": 10, "reference": 10, "unit": "B", "source": "s",
+           "error_pct": 0.0, "tolerance_pct": 3}
+    missed = dict(met, model=20, error_pct=100.0)
+    gap = ["Built small.", "Known gap: the chip's hash."]
+    assert missed_hint([met], gap, False) == ""
+    assert missed_hint([met, missed], ["Built small."], False) == ""
+    assert missed_hint([met, missed], gap, False) == (
+        " (a known gap: the report's notes for it say why)")
+    assert missed_hint([missed], gap, True) == (
+        " (a what-if: its rows stand against the seed's hardware as built)")
 
 
 @pytest.mark.parametrize(

@@ -180,7 +180,8 @@ class DsmConfig(ConfigBase):
             # Whether a size fits smem_bytes depends on how many regions an
             # experiment puts on one SM, so the experiment checks it.
             need("payload_kib", isinstance(kib, (int, float)) and kib > 0
-                 and (kib * 1024) % 16 == 0, "sizes in KiB that are multiples of 16 B")
+                 and (kib * 1024) % 16 == 0,
+                 "positive sizes in KiB, each a multiple of 16 B")
         # Sizes filling the same number of flits move the same data: no slope.
         need("payload_kib", len({-(-int(kib * 1024) // self.flit_bytes)
                                  for kib in self.payload_kib}) >= 2,
