@@ -97,6 +97,13 @@ CASES = [
                                               "kernel_write_bytes=128"],
      "kernel_write_bytes must be left unset for pcie.peer_copy, which does not use it "
      "(it uses max_payload_bytes), not 128"),
+    ("pcie-read-field-of-a-push", ["run", "pcie.kernel_push", "--set", "read_tags=8"],
+     "read_tags must be left unset for pcie.kernel_push, whose copies only write, reading "
+     "nothing (it has no effect there), not 8"),
+    ("pcie-host-field-of-a-pull", ["run", "pcie.kernel_pull", "--set",
+                                   "root_host_bytes_per_cycle=20"],
+     "root_host_bytes_per_cycle must be left unset for pcie.kernel_pull, whose copies read "
+     "peer memory, not host memory (it has no effect there), not 20"),
     ("pcie-retrained-width-of-no-gpu", ["run", "pcie.peer_copy", "--set", "retrained_lanes=4"],
      "retrained_lanes needs retrained_gpu set to a GPU from 0 to 7 (it is -1: no link "
      "retrained), else it has no effect; not 4 alone"),

@@ -19,8 +19,8 @@ from sim.experiments import (SetByExperiment, load_reference, miscounted_cycles,
                              unfinished)
 from sim.fit import error_pct, fit_affine
 
-__all__ = ["EXPERIMENTS", "Experiment", "ExperimentError", "SIZE_FIELDS", "build_runs",
-           "check_fabric_overrides", "check_overrides", "plan", "analyse", "check_run",
+__all__ = ["EXPERIMENTS", "Experiment", "ExperimentError", "SIZE_FIELDS", "UNUSED_BY_MODE",
+           "build_runs", "check_fabric_overrides", "check_overrides", "plan", "analyse", "check_run",
            "reference", "copy_run", "scenarios", "slowdown_bound"]
 
 FABRIC = "pcie"
@@ -168,14 +168,28 @@ SIZE_FIELDS = ("max_read_request_bytes", "kernel_write_bytes", "kernel_read_byte
                "staging_chunk_bytes", "pageable_chunk_bytes")
 
 
+#: Run-time fields a copy mode never reads, with why: a push only writes
+#: (no read, no host memory), a pull reads peer memory, not host memory.
+#: (Checked: with read_tags 1, socket_read_bytes 128,
+#: root_host_bytes_per_cycle 1 and host_event_cycles 0, peer_copy,
+#: kernel_push and link_faults count the same cycles, as does kernel_pull
+#: with the last two.)
+UNUSED_BY_MODE = {
+    GpuMode.PUSH: (("read_tags", "socket_read_bytes", "root_host_bytes_per_cycle",
+                    "host_event_cycles"), "only write, reading nothing"),
+    GpuMode.PULL: (("root_host_bytes_per_cycle", "host_event_cycles"),
+                   "read peer memory, not host memory"),
+}
+
+
 def check_overrides(cfg, exp, explicit=()):
     """Refuse a ``--set`` of a field that ``exp`` sets itself or does not use,
     which would otherwise be recorded in the result but have no effect: a
     copy staged through another chunk field than ``staging_chunk_bytes`` (the
     pageable copy takes ``pageable_chunk_bytes``), a size of
     :data:`SIZE_FIELDS` that is neither ``exp``'s TLP field nor its staged
-    chunk, and the fields its scenarios set (the link faults retrain GPU 0's
-    link).  ``explicit`` holds the names of the fields the user set.
+    chunk, a field its copy mode never reads (:data:`UNUSED_BY_MODE`), and
+    the fields its scenarios set (the link faults retrain GPU 0's link).  ``explicit`` holds the names of the fields the user set.
 
     Raises
     ------
@@ -196,6 +210,11 @@ def check_overrides(cfg, exp, explicit=()):
             raise SetByExperiment(f"{field} must be left unset for {name}, which does not use "
                                   f"it (it uses {', '.join(sorted(used))}), not "
                                   f"{getattr(cfg, field)}")
+    unused, why = UNUSED_BY_MODE.get(exp.mode, ((), ""))
+    for field in unused:
+        if field in explicit:
+            raise SetByExperiment(f"{field} must be left unset for {name}, whose copies {why} "
+                                  f"(it has no effect there), not {getattr(cfg, field)}")
     for field in sorted({k for entry in scenarios(exp, cfg).values()
                          for k in entry.get("set", {})}):
         if field in explicit:
