@@ -168,11 +168,12 @@ def test_cli_refuses_a_bad_payload_size_before_any_build(tmp_path, capsys):
     assert not (tmp_path / "b").exists() and not (tmp_path / "r").exists()
 
 
-def _two_gpus_over_one_link(write_bytes, nbytes, both, mode=GpuMode.PUSH, cfg=CFG):
+def _two_gpus_over_one_link(write_bytes, nbytes, both, mode=GpuMode.PUSH, cfg=CFG,
+                            max_cycles=None):
     """GPU 0 and GPU 1 joined by one link of ``cfg`` (Amaranth's simulator):
     GPU 0's data go to GPU 1 (and back at once with ``both``), pushed in
-    writes or pulled in reads of ``write_bytes``; returns each GPU's counters
-    and the link's."""
+    writes or pulled in reads of ``write_bytes``, for at most ``max_cycles``
+    (default: 20 per 32 B); returns each GPU's counters and the link's."""
     m = Module()
     g0 = GpuEndpoint(cfg, 0, tx_credits=cfg.tx_queue_beats)
     g1 = GpuEndpoint(cfg, 1, tx_credits=cfg.tx_queue_beats)
@@ -211,7 +212,7 @@ def _two_gpus_over_one_link(write_bytes, nbytes, both, mode=GpuMode.PUSH, cfg=CF
         await ctx.tick()
         for g in (g0, g1):
             ctx.set(g.i_start, 0)
-        for _ in range(20 * nbytes // 32):
+        for _ in range(max_cycles or 20 * nbytes // 32):
             await ctx.tick()
             if ctx.get(g0.o_done) and ctx.get(g1.o_done):
                 break
@@ -251,6 +252,32 @@ def test_a_link_moves_payload_at_its_beat_share(write_bytes, beats, mode):
         assert (n1 - n0) / (t1 - t0) == pytest.approx(want, rel=0.01), (both, rates)
         if both:
             assert got[0]["errors"] == 0 and got[0]["rx_bytes"] == nbytes
+
+
+def test_dllps_alone_take_their_own_wire_time_on_a_narrow_link():
+    """On a Gen3 x1 link a 128 B write's five beats take 160 ns, past the
+    wait a DLLP gives a header beat to ride in, so the Acks and UpdateFCs of
+    the copy coming the other way go in beats of their own, 8 B of wire time
+    per DLLP (not a 32 B header beat's): both ways at once, each direction
+    keeps more than nine tenths of its one-way rate, and every byte arrives."""
+    cfg = dataclasses.replace(CFG, lanes=1, generation=3)
+    rate = {}
+    for both in (False, True):
+        times = []
+        for nbytes in (2048, 6144):
+            got = _two_gpus_over_one_link(128, nbytes, both, cfg=cfg, max_cycles=4 * nbytes)
+            assert got[1]["done"] and got[1]["errors"] == 0 and got[1]["rx_bytes"] == nbytes
+            assert got["link"]["o_overflow"] == 0
+            times.append((nbytes, got[1]["last_rx"] - got[0]["first_tx"]))
+        (n0, t0), (n1, t1) = times
+        rate[both] = (n1 - n0) / (t1 - t0)
+        link = got["link"]
+        dllps = link["ab_wire_bytes"] - 32 * link["ab_tlps"] - nbytes
+        assert link["ab_dllp_beats"] * 8 <= dllps <= link["ab_dllp_beats"] * 32
+        assert dllps % 8 == 0
+    assert got[0]["errors"] == 0 and got[0]["rx_bytes"] == nbytes
+    assert link["ab_dllp_beats"] > 0      # the DLLPs of the copy back took beats
+    assert 0.9 * rate[False] < rate[True] < rate[False], rate
 
 
 def _less_sync_and_skp(gbps, generation):
@@ -364,10 +391,13 @@ def test_a_wider_datapath_spends_the_link_on_what_the_wire_carries(generation, w
         assert got[1]["done"] and got[1]["errors"] == 0 and got[1]["rx_bytes"] == nbytes
         rates.append((nbytes, got[1]["last_rx"] - got[0]["first_tx"]))
         # the link's count of the wire time it spent (the report's utilisation):
-        # 32 B per header or DLLP beat, 64 B per data beat
+        # 32 B per header beat, 64 B per data beat, 8 B per DLLP of a beat
+        # of DLLPs alone (one to four)
         link = got["link"]
         assert link["ab_tlps"] == nbytes // 128
-        assert link["ab_wire_bytes"] == 32 * (link["ab_tlps"] + link["ab_dllp_beats"]) + nbytes
+        dllps = link["ab_wire_bytes"] - 32 * link["ab_tlps"] - nbytes
+        assert link["ab_dllp_beats"] * 8 <= dllps <= link["ab_dllp_beats"] * 32
+        assert dllps % 8 == 0
         assert 0 < link["ab_wire_bytes"] <= link["ab_lane_bytes"]
     (n0, t0), (n1, t1) = rates
     assert (n1 - n0) / (t1 - t0) == pytest.approx(want_gbps, rel=0.01), rates

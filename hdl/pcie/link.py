@@ -8,10 +8,11 @@ Each direction moves at most one ``datapath_bytes`` beat per cycle of the
 the 128b/130b sync headers (one cycle in 65) and a SKP ordered set every
 ``skp_interval_blocks`` blocks.  TLPs go whole, one starting per beat: a
 header beat (framing, header, length) and the data beats.  A data beat takes
-``datapath_bytes`` of the lanes' time, a beat without data (a header beat, or
-DLLPs alone) :data:`HEADER_WIRE_BYTES` (32) at most: with ``datapath_bytes``
-64 a header beat still takes a cycle of the datapath, but only the wire time
-of what it carries.  A transmitter starts a TLP only once all of it is in its
+``datapath_bytes`` of the lanes' time, a header beat
+:data:`HEADER_WIRE_BYTES` (32) at most and a beat of DLLPs alone
+:data:`DLLP_WIRE_BYTES` (8) per DLLP: with ``datapath_bytes`` 64 a header
+beat still takes a cycle of the datapath, but only the wire time of what it
+carries.  A transmitter starts a TLP only once all of it is in its
 queue, so its beats go back to back, and the classes with a TLP ready to
 start (queued whole, with credits) take turns, round robin (a read or
 completion may pass an earlier posted write: Relaxed Ordering, which no copy
@@ -41,11 +42,15 @@ DLLP_MAX_WAIT = 32
 #: Any credits freed or TLPs taken in but not yet reported go out when this
 #: free-running sweep wraps (cycles).
 SWEEP_CYCLES = 64
-#: Lane bytes a beat without data takes on the wire: a TLP's header beat
-#: (framing, sequence number, 4 DW header and LCRC, 24 B, with one 8 B DLLP
-#: in its slack) or a beat of DLLPs alone.  A beat of a wider datapath
-#: (``datapath_bytes`` 64) takes no more of the link's time than that.
+#: Lane bytes a beat without data takes on the wire at most: a TLP's header
+#: beat (framing, sequence number, 4 DW header and LCRC, 24 B, with one 8 B
+#: DLLP in its slack) or a beat of four DLLPs alone.  A beat of a wider
+#: datapath (``datapath_bytes`` 64) takes no more of the link's time than that.
 HEADER_WIRE_BYTES = 32
+#: Lane bytes one DLLP takes on the wire: 6 B and its framing (an SDP token
+#: of 2 B from 8 GT/s, SDP and END symbols at 2.5 and 5 GT/s; PCIe Base
+#: Specification).  A beat of DLLPs alone takes this much per DLLP in it.
+DLLP_WIRE_BYTES = 8
 
 
 def LinkTiming():
@@ -115,8 +120,9 @@ class LinkPort(wiring.Component):
         ``i_lane_bytes`` per cycle outside sync headers and SKP ordered sets).
     o_wire_bytes : Out(32)
         Lane bytes the beats sent took of the link's time since reset:
-        ``datapath_bytes`` for each data beat and ``min(HEADER_WIRE_BYTES,
-        datapath_bytes)`` for each header or DLLP beat.  Over
+        ``datapath_bytes`` for each data beat, ``min(HEADER_WIRE_BYTES,
+        datapath_bytes)`` for each header beat and ``DLLP_WIRE_BYTES`` per
+        DLLP of a beat of DLLPs alone, up to that.  Over
         ``o_lane_bytes`` it is the share of the link in use.
     o_dllp_beats : Out(32)
         Beats given to DLLPs alone.
@@ -300,9 +306,12 @@ class LinkPort(wiring.Component):
                         with m.If(fc_due[k] & ~fc_due[:k].any() if k else fc_due[k]):
                             m.d.comb += send_fc[k].eq(1)
             with m.Elif(any_due):
-                # a beat of DLLPs alone: every one owed (four at most)
-                m.d.comb += [used.eq(1), cost.eq(hdr_cost), send_ack.eq(ack_due),
-                             send_fc.eq(fc_due)]
+                # a beat of DLLPs alone: every one owed (four at most), each
+                # taking its own wire time
+                n_dllps = ack_due + sum(fc_due[k] for k in range(N_FC))
+                m.d.comb += [used.eq(1), send_ack.eq(ack_due), send_fc.eq(fc_due),
+                             cost.eq(Mux(n_dllps * DLLP_WIRE_BYTES > hdr_cost, hdr_cost,
+                                         n_dllps * DLLP_WIRE_BYTES))]
                 m.d.sync += self.o_dllp_beats.eq(self.o_dllp_beats + 1)
             with m.If(used):
                 m.d.sync += self.o_wire_bytes.eq(self.o_wire_bytes + cost)
