@@ -90,9 +90,14 @@ class PcieConfig(ConfigBase):
     switch_latency_cycles: int = _run(100, "PCIe switch cut-through latency, ns (typical "
                                            "data-sheet value; not in the seed)")
     ack_every_tlps: int = _run(4, "TLPs a receiver takes in per Ack DLLP (the PCIe AckNak "
-                                  "latency timer's coalescing; not in the seed)")
+                                  "latency timer's coalescing; not in the seed); every "
+                                  "64 ns the link's sweep makes an Ack due for what came "
+                                  "in, whatever the count, so a value above the TLPs a "
+                                  "link takes in per 64 ns changes nothing")
     update_fc_every_credits: int = _run(8, "credits a receiver frees per UpdateFC DLLP "
-                                           "(not in the seed)")
+                                           "(not in the seed); every 64 ns the link's sweep "
+                                           "makes an UpdateFC due for what was freed, "
+                                           "whatever the count")
     rx_header_credits: int = _hw(64, "header credits a link receiver advertises per class "
                                      "(posted, non-posted, completion), TLPs (PCIe flow "
                                      "control; not in the seed)")
