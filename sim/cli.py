@@ -61,7 +61,9 @@ class OneLineParser(argparse.ArgumentParser):
     than the usage text and the error: ``fabricsim: error: MESSAGE (see
     fabricsim --help)``, for a subcommand's parser too; for
     ``prog="python -m sim.prove"`` the line starts ``sim.prove: error:``, as
-    that tool's other errors do."""
+    that tool's other errors do.  An option whose text is no number is
+    refused as ``--freq must be a number, not 'abc'``, in the words of the
+    range checks made after parsing, not argparse's."""
 
     def _command(self):
         """``(name, command)``: ``("sim.prove", "python -m sim.prove")``, or
@@ -85,6 +87,17 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message):
         name, command = self._command()
+        # argparse's "argument --freq: invalid float value: 'abc'" in the
+        # words of the checks made after parsing ("--freq must be ..."), and
+        # without its prefix where the option's own type already names it
+        typed = re.fullmatch(r"argument (?:-\w/)?(--[\w-]+)(?:/-\w)?: invalid (int|float) "
+                             r"value: (.*)", message)
+        if typed:
+            message = (f"{typed[1]} must be {'an integer' if typed[2] == 'int' else 'a number'}, "
+                       f"not {typed[3]}")
+        named = re.fullmatch(r"argument (?:-\w/)?(--[\w-]+)(?:/-\w)?: (\1 must be .*)", message)
+        if named:
+            message = named[2]
         if message.startswith("unrecognized arguments:"):
             late = [o for o in self.global_options
                     if any(w.partition("=")[0] == o for w in message.split()[2:])]
