@@ -460,7 +460,7 @@ def _run_and_write(args):
     from rich.markup import escape
     from rich.table import Table
 
-    from sim.cli import progress_shown, wide_console, waited_text
+    from sim.cli import progress_shown, waited_text, wide_console
 
     seeds = args.seed or list(range(1, args.seeds + 1))
     console = wide_console()

@@ -895,8 +895,8 @@ def main(args):
     from rich.table import Table
 
     from sim.cli import (DURATIONS_NAME, UsageError, _read_durations, _writable_folders,
-                         log_config_tables, pool, progress_shown, wide_console, waited_text,
-                         write_json_atomically)
+                         log_config_tables, pool, progress_shown, waited_text,
+                         wide_console, write_json_atomically)
     from sim.report import _count_text
 
     console = wide_console(stderr=True, log_path=False)

@@ -20,8 +20,8 @@ from sim.experiments import (SetByExperiment, load_reference, miscounted_cycles,
 from sim.fit import error_pct, fit_affine
 
 __all__ = ["EXPERIMENTS", "Experiment", "ExperimentError", "SIZE_FIELDS", "UNUSED_BY_MODE",
-           "build_runs", "check_fabric_overrides", "check_overrides", "plan", "analyse", "check_run",
-           "reference", "copy_run", "scenarios", "slowdown_bound"]
+           "build_runs", "check_fabric_overrides", "check_overrides", "plan", "analyse",
+           "check_run", "reference", "copy_run", "scenarios", "slowdown_bound"]
 
 FABRIC = "pcie"
 #: Bytes each pair copies in the sweep (steady state from the first).
@@ -189,7 +189,8 @@ def check_overrides(cfg, exp, explicit=()):
     pageable copy takes ``pageable_chunk_bytes``), a size of
     :data:`SIZE_FIELDS` that is neither ``exp``'s TLP field nor its staged
     chunk, a field its copy mode never reads (:data:`UNUSED_BY_MODE`), and
-    the fields its scenarios set (the link faults retrain GPU 0's link).  ``explicit`` holds the names of the fields the user set.
+    the fields its scenarios set (the link faults retrain GPU 0's link).
+    ``explicit`` holds the names of the fields the user set.
 
     Raises
     ------
