@@ -61,8 +61,8 @@ def test_main_rejects_bad_arguments(tmp_path, capsys):
         random_traffic.main(["dsm", "--jobs", "0", "--results", str(tmp_path)])
     assert exit_.value.code == 2
     assert capsys.readouterr().err == (
-        "sim.random_traffic: error: argument -j/--jobs: --jobs must be an integer from 1 to "
-        "1024, not '0' (see python -m sim.random_traffic --help)\n")
+        "sim.random_traffic: error: --jobs must be an integer from 1 to 1024, not '0' "
+        "(see python -m sim.random_traffic --help)\n")
     assert not (tmp_path / "random.json").exists()
 
 
