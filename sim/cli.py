@@ -1093,8 +1093,8 @@ def _cmd_run(args):
                         how = (f"simulation results reused ({reused} of {len(job.parts)} parts)"
                                if reused else "simulated")
                         console.log(f"{job.fabric}.{job.name}: {n_runs} runs in {seconds:.0f} s, "
-                                    f"{how}, {_rows_met_text(data['rows'])}"
-                                    f"{_missed_hint(data, sets[job.fabric])} -> {out}")
+                                    f"{how}, {_rows_met_text(data, sets[job.fabric])} "
+                                    f"-> {out}")
                         for wave in _waveforms(data):
                             console.log(f"{job.fabric}.{job.name} waveform: {escape(wave)}")
     finally:
@@ -1208,14 +1208,9 @@ def _cmd_synth(args):
     return synth.main(args)
 
 
-def _rows_met_text(rows):
+def _rows_met_text(data, sets):
     from sim.report import rows_met_text
-    return rows_met_text(rows)
-
-
-def _missed_hint(data, sets):
-    from sim.report import missed_hint
-    return missed_hint(data["rows"], data.get("notes", ()), bool(sets))
+    return rows_met_text(data["rows"], data.get("notes", ()), bool(sets))
 
 
 def _cmd_report(args):

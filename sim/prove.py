@@ -897,7 +897,7 @@ def main(argv=None):
     from rich.table import Table
 
     from sim.cli import (OneLineParser, _writable_folders, folder_option, jobs_option,
-                         progress_shown, wide_console, waited_text)
+                         progress_shown, waited_text, wide_console)
 
     parser = OneLineParser(prog="python -m sim.prove", description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", metavar="NAME", help="proofs to run (default: all)")

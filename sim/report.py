@@ -48,7 +48,6 @@ __all__ = [
     "met_sentence",
     "met_text",
     "rows_met_text",
-    "missed_hint",
     "format_number",
     "format_value",
     "format_range",
@@ -416,24 +415,13 @@ def met_sentence(met: int, checked: int, total: int) -> str:
     return f"{total} rows for information"
 
 
-def rows_met_text(raw_rows: Sequence[Mapping[str, Any]]) -> str:
-    """:func:`met_sentence` of result-row dicts.
-
-    Raises
-    ------
-    ValueError
-        If a row is malformed (see :func:`load_results`).
-    """
-    return _rows_text([_load_row(_Context(Path("<row>")), raw, "row") for raw in raw_rows],
-                      met_sentence)
-
-
-def missed_hint(raw_rows: Sequence[Mapping[str, Any]], notes: Sequence[str],
-                what_if: bool) -> str:
-    """What a run's line adds after :func:`rows_met_text` when a row misses its
-    target: that a what-if is compared with the seed's hardware as built, or
-    that the experiment's notes name a known gap (a note starting ``Known
-    gap``); ``""`` when every row is met or neither holds.
+def rows_met_text(raw_rows: Sequence[Mapping[str, Any]], notes: Sequence[str] = (),
+                  what_if: bool = False) -> str:
+    """:func:`met_sentence` of result-row dicts, as a run's line gives it:
+    when a row misses its target, followed by why, from the experiment's
+    ``notes`` and whether it ran as a ``what_if``: "(a what-if: ...)" for a
+    what-if, compared with the seed's hardware as built, else "(a known gap:
+    ...)" when a note starts ``Known gap``; nothing else.
 
     Raises
     ------
@@ -441,13 +429,14 @@ def missed_hint(raw_rows: Sequence[Mapping[str, Any]], notes: Sequence[str],
         If a row is malformed (see :func:`load_results`).
     """
     rows = [_load_row(_Context(Path("<row>")), raw, "row") for raw in raw_rows]
+    text = _rows_text(rows, met_sentence)
     if all(r.passes for r in rows):
-        return ""
+        return text
     if what_if:
-        return " (a what-if: its rows stand against the seed's hardware as built)"
+        return text + " (a what-if: its rows stand against the seed's hardware as built)"
     if any(str(n).startswith("Known gap") for n in notes):
-        return " (a known gap: the report's notes for it say why)"
-    return ""
+        return text + " (a known gap: the report's notes for it say why)"
+    return text
 
 
 def _rows_text(rows: Sequence[ResultRow], form=met_text) -> str:

@@ -399,18 +399,18 @@ def test_a_what_if_is_marked_where_its_rows_meet_the_seed(tmp_path):
 def test_a_run_line_says_why_a_row_is_missed():
     """After a missed row the run's line names a what-if, else a known gap in
     the notes; nothing when every row is met or the notes name no gap."""
-    from sim.report import missed_hint
+    from sim.report import rows_met_text
 
     met = {"quantity": "q", "model": 10, "reference": 10, "unit": "B", "source": "s",
            "error_pct": 0.0, "tolerance_pct": 3}
     missed = dict(met, model=20, error_pct=100.0)
     gap = ["Built small.", "Known gap: the chip's hash."]
-    assert missed_hint([met], gap, False) == ""
-    assert missed_hint([met, missed], ["Built small."], False) == ""
-    assert missed_hint([met, missed], gap, False) == (
-        " (a known gap: the report's notes for it say why)")
-    assert missed_hint([missed], gap, True) == (
-        " (a what-if: its rows stand against the seed's hardware as built)")
+    assert rows_met_text([met], gap, False) == "1 / 1 rows met"
+    assert rows_met_text([met, missed], ["Built small."], False) == "1 / 2 rows met"
+    assert rows_met_text([met, missed], gap, False) == (
+        "1 / 2 rows met (a known gap: the report's notes for it say why)")
+    assert rows_met_text([missed], gap, True) == (
+        "0 / 1 rows met (a what-if: its rows stand against the seed's hardware as built)")
 
 
 @pytest.mark.parametrize(
