@@ -27,7 +27,14 @@ _SETTLED = (".outstanding_reads", ".unacked_flits", ".owed_acks", ".rx_granules"
 
 @cocotb.test()
 async def run_plan(dut):
-    """Drive every run of the plan and record the counters of each."""
+    """Drive every run of the plan and record the counters of each.
+
+    Raises
+    ------
+    RuntimeError
+        If a run's memory fill or data check does not finish within the
+        plan's ``init_cycles``.
+    """
     plan = load_plan()
     tb = RegisterTB(dut, plan["counter_names"])
     await tb.start()

@@ -31,7 +31,14 @@ MESH_PERIOD_PS = 2500
 
 @cocotb.test()
 async def run_plan(dut):
-    """Drive every run of the plan and record the counters each names."""
+    """Drive every run of the plan and record the counters each names.
+
+    Raises
+    ------
+    RuntimeError
+        If a run's register fill or checksum does not finish within the
+        plan's ``init_cycles``.
+    """
     plan = load_plan()
     clocks = plan.get("clock_ps", {"clk": MINION_PERIOD_PS, "mesh_clk": MESH_PERIOD_PS})
     tb = RegisterTB(dut, plan["counter_names"],

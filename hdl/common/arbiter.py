@@ -15,6 +15,9 @@ class RoundRobin(wiring.Component):
     past the winner, so every persistent requester is served within ``n``
     grants.
 
+    Clock: ``sync``, renamed by its fabric (see :mod:`hdl.common`); every
+    count of cycles here is of that clock.
+
     Parameters
     ----------
     n : int
@@ -76,6 +79,9 @@ class RoundRobin(wiring.Component):
 
 class StreamMerge(wiring.Component):
     """Round-robin merge of ``n`` flit streams into one, without buffering.
+
+    Clock: ``sync``, renamed by its fabric (see :mod:`hdl.common`); every
+    count of cycles here is of that clock.
 
     Parameters
     ----------

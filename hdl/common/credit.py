@@ -72,6 +72,9 @@ class CreditLink(wiring.Signature):
 class CreditCounter(wiring.Component):
     """Per-VC credit counters held by a link's sender.
 
+    Clock: ``sync``, renamed by its fabric (see :mod:`hdl.common`); every
+    count of cycles here is of that clock.
+
     Parameters
     ----------
     n_vc : int
@@ -125,6 +128,9 @@ class VcInputBuffer(wiring.Component):
     A flit written at a clock edge can leave at the next one, so together
     with the sender's output register a hop costs two cycles.  The credit for
     a slot goes back one cycle after the flit leaves.
+
+    Clock: ``sync``, renamed by its fabric (see :mod:`hdl.common`); every
+    count of cycles here is of that clock.
 
     Parameters
     ----------
@@ -208,6 +214,9 @@ class LinkPipeline(wiring.Component):
     (a returning credit is a single wire and its delay only matters when
     buffers are shallower than the loop, which the callers size against).
 
+    Clock: ``sync``, renamed by its fabric (see :mod:`hdl.common`); every
+    count of cycles here is of that clock.
+
     Parameters
     ----------
     flit_layout : StructLayout
@@ -261,6 +270,9 @@ class LinkDelay(wiring.Component):
     the flits inside the delay, so ``capacity`` must be at least those credits
     and the delay never overflows; with a latency longer than the credit loop
     the link's throughput falls to credits per loop, as a real pipeline's would.
+
+    Clock: ``sync``, renamed by its fabric (see :mod:`hdl.common`); every
+    count of cycles here is of that clock.
 
     Parameters
     ----------
@@ -330,6 +342,9 @@ class StreamToLink(wiring.Component):
     for which a credit is held; the flit goes out through a register (one
     cycle), or straight through with ``registered=False``.  The sender side of
     every endpoint-to-network connection.
+
+    Clock: ``sync``, renamed by its fabric (see :mod:`hdl.common`); every
+    count of cycles here is of that clock.
 
     Parameters
     ----------

@@ -51,7 +51,7 @@ def collect_shared_modules() -> Iterator[dict]:
     Raises
     ------
     RuntimeError
-        On exit of an inner ``with`` nested in an active one (not supported).
+        On entering a ``with`` nested in an active one (not supported).
     """
     if _COLLECTOR.get() is not None:
         raise RuntimeError("collect_shared_modules() is already active")

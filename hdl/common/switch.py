@@ -1,7 +1,9 @@
 """Input-queued crossbar with per-VC credit flow control.
 
-Every switching block of the fabrics (TPC arbiter, GPC ingress, the GX
-planes, GPC egress) is one :class:`CreditSwitch` with its own route
+Every switching block of the fabrics (the GPC's TPC arbiter, GPCARB
+ingress, GX planes and GPCARB egress; the ET-SoC-1's mesh router,
+neighbourhood switches and shire crossbar; the PCIe switches' and root
+complexes' crossbars) is one :class:`CreditSwitch` with its own route
 function, so arbitration, buffering, credits and performance counters are
 written once.
 """
@@ -30,6 +32,9 @@ class CreditSwitch(wiring.Component):
     output register follows, so a flit spends two cycles per hop (output
     register, then the next hop's input FIFO).  Arbitration is per flit:
     flits carry their own address, so packets may interleave.
+
+    Clock: ``sync``, renamed by its fabric (see :mod:`hdl.common`); every
+    count of cycles here is of that clock.
 
     Parameters
     ----------

@@ -39,7 +39,8 @@ class AckCoalescer(wiring.Component):
         Number of SM slots (sources).
     line_words : int
         Words per hashed line of the route hash (128 B / 32 B = 4); the ACK
-        sequence number steps ``addr`` by this much.
+        sequence number steps ``addr`` by this much rounded up to a power of
+        two, as the hash rounds its line.
 
     Members
     -------

@@ -210,7 +210,8 @@ class DsmConfig(ConfigBase):
     @property
     def read_response_flits(self):
         """Flits per read response (128 B / 32 B = 4); in the build's
-        configuration also the line of the GPCMMU route hash."""
+        configuration also the line of the GPCMMU route hash, which rounds it
+        up to a power of two (a 96 B response hashes lines of 4 flits)."""
         return self.read_response_bytes // self.flit_bytes
 
     @property

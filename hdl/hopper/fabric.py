@@ -54,9 +54,10 @@ class RouteHash(wiring.Component):
     """GPCMMU / uTLB route hash: picks one of the four equivalent routes of a CPC.
 
     For DSM the uTLB hashes the address instead of translating it,
-    "distributing requests across GXBAR paths to avoid camping" (seed 000).
-    The seed leaves the hash open and suggests "a simple deterministic
-    cache-line or packet interleave".  Here consecutive 128 B lines of a flow
+    "distributing requests across GXBAR paths to avoid camping" (seed 000,
+    "What NVIDIA's Patent Tells Us").  The seed leaves the hash open and
+    suggests "a simple deterministic cache-line or packet interleave" ("How
+    Much Topology Can We Recover?").  Here consecutive 128 B lines of a flow
     rotate through the four routes, offset by the source and destination
     slots so that flows moving in step start on different routes:
     ``route = (line + src + dst) mod 4``; bit 1 picks the GX plane, bit 0 one
@@ -68,7 +69,8 @@ class RouteHash(wiring.Component):
     addr_bits, node_bits : int
         Widths of the address and the destination slot.
     line_words : int
-        Words per hashed line (128 B / 32 B = 4).
+        Words per hashed line (128 B / 32 B = 4), rounded up to a power of two
+        (3 words hash as lines of 4).
 
     Members
     -------
@@ -113,7 +115,8 @@ class Gpcmmu(wiring.Component):
     """GPCMMU stage of one SM path: stamps each flit with its route, no delay.
 
     Responses leaving a target SM go through it too (the patent's fold path,
-    Figure 21D), so their routes are hashed like requests.
+    Figure 21D; seed 000, "Ingress and Egress Are Organized Differently"), so
+    their routes are hashed like requests.
 
     Parameters
     ----------
@@ -162,7 +165,7 @@ class GpcarbIngress(CreditSwitch):
     """GPCARB ingress of one CPC: six SM paths onto four 32 B lanes (SM2SM4).
 
     "GPCARB simply selects up to four of six ready input flits each cycle"
-    (seed 000).  Input ``2 * tpc + sm``.  Output lane
+    (seed 000, "What NVIDIA's Patent Tells Us").  Input ``2 * tpc + sm``.  Output lane
     ``2 * plane + k`` feeds GX``plane`` input port ``2 * cpc + k``; a flit
     leaves on the lane its route names.  Clock: SM clock.
 
@@ -191,8 +194,9 @@ class GxPlane(CreditSwitch):
 
     Input port ``2 * cpc + k`` comes from lane ``k`` of that CPC's ingress on
     this plane; output port ``2 * cpc + e`` goes to egress block ``e`` of CPC
-    ``cpc``.  Seed 000: "two independent 6x6 GX switch planes".  Clock: SM
-    clock.
+    ``cpc``.  Seed 000, "Ingress and Egress Are Organized Differently": "GX0
+    and GX1 are separate 6x6 switch planes, not one ordinary 12x12
+    crossbar".  Clock: SM clock.
 
     Parameters
     ----------

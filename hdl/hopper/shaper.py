@@ -36,7 +36,7 @@ class InjectionShaper(wiring.Component):
     Parameters
     ----------
     flit_layout : StructLayout
-        Flit layout (32 B data by default).
+        Flit layout (32 B of data in the seed's GPC, ``flit_bytes``).
     credits : int
         Next hop's buffer depth per VC, in flits.
 

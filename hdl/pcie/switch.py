@@ -383,9 +383,11 @@ class RootPort(wiring.Component):
 
     Every byte moved between the port and host memory, write data coming up
     and read data going down, draws on one budget of ``i_host_bytes_per_cycle``
-    (seed 001, "3.2.2": two staged copies through one socket halve, and a
-    staged copy within one socket runs slower than across two, "the D2H and
-    H2D halves within one socket contend for the same CPU resources").  A
+    (seed 001, "3.2.2": two staged copies through one socket halve, as "both
+    links traverse the same PCIe-switch-to-CPU path, so they contend", and a
+    staged copy within one socket runs slower than across two; "3.2.1" offers,
+    as the author's hypothesis, that "scheduling the D2H and H2D halves within
+    one socket contends for the same CPU resources more heavily").  A
     host-memory TLP with data starts only while the port owes less than one
     cycle's budget, and then owes its payload bytes.  Peer-to-peer TLPs pass
     without cost.

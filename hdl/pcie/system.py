@@ -170,7 +170,8 @@ class PcieSystem(wiring.Component):
     -------
     cfg_we : In(1), cfg_addr : In(9), cfg_data : In(32)
         Register write: ``{0, gpu[3:0], reg[3:0]}`` a
-        :class:`~hdl.pcie.gpu.GpuReg` of a GPU; ``GLOBAL | reg`` a :class:`SysReg`.
+        :class:`~hdl.pcie.gpu.GpuReg` of a GPU (which decodes ``reg[2:0]``, so
+        registers 8 to 15 write 0 to 7); ``GLOBAL | reg`` a :class:`SysReg`.
     ctl_start : In(1)
         Start every GPU's copy (one-cycle pulse).
     done : Out(1)
