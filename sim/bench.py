@@ -694,4 +694,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from sim.cli import exit_status
+    sys.exit(exit_status(main, "python -m sim.bench"))

@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["FLAT_MODULES", "FLAT_TOPS", "HIER_BLOCK", "SourceChanged", "config_hash",
-           "convert_hierarchy", "generate_verilog", "mark_hier_block", "write_atomically"]
+           "convert_hierarchy", "generate_verilog", "mark_hier_block", "write_atomically",
+           "write_files_atomically"]
 
 _HASH_CHARS = 12
 
@@ -199,20 +200,55 @@ def config_hash(config: Any, component_factory: Callable[[Any], Any] | None = No
 def write_atomically(path: Path, text: str | bytes) -> None:
     """Write ``text`` (UTF-8 text, or bytes as they are) to ``path`` through a
     temporary file in the same folder, renamed into place once complete, so a
-    reader never sees a partial file."""
-    # A unique name per writer, so two processes generating the same
-    # configuration never write into one temporary file; "x" mode keeps the
-    # usual umask permissions (mkstemp would make the file private).
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    reader never sees a partial file.
+
+    Raises
+    ------
+    OSError
+        If the file cannot be written; its ``filename`` is ``path``, not the
+        temporary name.
+    """
+    write_files_atomically({path: text})
+
+
+def write_files_atomically(files: dict[Path, str | bytes]) -> None:
+    """Write every file of ``files`` (path -> UTF-8 text or bytes) as
+    :func:`write_atomically` does, all or none: each goes to a temporary file
+    first, and only once all are complete are they renamed into place, so a
+    full disk or a folder that refuses one leaves the earlier files as they
+    were.
+
+    Raises
+    ------
+    OSError
+        If a file cannot be written (none has been changed); its
+        ``filename`` is that file's path, not the temporary name.
+    """
+    written = []
     try:
-        with (open(tmp, "xb") if isinstance(text, bytes)
-              else open(tmp, "x", encoding="utf-8")) as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        for path, text in files.items():
+            path = Path(path)
+            # A unique name per writer, so two processes generating the same
+            # configuration never write into one temporary file; "x" mode keeps
+            # the usual umask permissions (mkstemp would make the file private).
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+            try:
+                with (open(tmp, "xb") if isinstance(text, bytes)
+                      else open(tmp, "x", encoding="utf-8")) as handle:
+                    written.append((tmp, path))
+                    handle.write(text)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+            except OSError as error:
+                raise OSError(error.errno, error.strerror, str(path)) from None
+        for tmp, path in written:
+            try:
+                os.replace(tmp, path)
+            except OSError as error:
+                raise OSError(error.errno, error.strerror, str(path)) from None
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        for tmp, _ in written:
+            tmp.unlink(missing_ok=True)
         raise
 
 

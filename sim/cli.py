@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import re
 import sys
@@ -38,10 +39,11 @@ from sim.config_file import load_config_file, refused_with_file, with_config_ite
 from sim.experiments import SetByExperiment
 
 __all__ = ["FieldSetByExperiment", "GivenOnce", "Job", "OneLineParser", "UsageError",
-           "execute_job", "execute_or_error", "folder_option", "generate", "job_run_folders",
-           "job_verilog", "jobs_option", "log_config_tables", "longest_first", "main",
-           "parse_overrides", "plan_job", "pool", "progress_shown", "resolve_names",
-           "runs_logged", "unknown_field", "waited_text", "wide_console", "write_json_atomically"]
+           "execute_job", "execute_or_error", "exit_status", "folder_option", "generate",
+           "job_run_folders", "job_verilog", "jobs_option", "log_config_tables", "longest_first",
+           "main", "os_error_text", "parse_overrides", "plan_job", "pool", "progress_shown",
+           "resolve_names", "runs_logged", "stops_as_interrupts", "unknown_field", "waited_text",
+           "wide_console", "write_json_atomically"]
 
 FABRICS = ("dsm", "mesh", "pcie")
 
@@ -418,6 +420,14 @@ _BOOLEAN = {"1": True, "true": True, "yes": True, "on": True,
             "0": False, "false": False, "no": False, "off": False}
 
 
+def os_error_text(error):
+    """One line for an ``OSError``: ``"<file>: <reason>"`` (``"results/report.md:
+    No space left on device"``), or its own text when it names no file."""
+    if error.filename is not None and error.strerror:
+        return f"{error.filename}: {error.strerror}"
+    return str(error).replace("\n", " ")
+
+
 def folder_option(text):
     """``--results`` or ``--build`` value: a folder path, not empty (an empty
     path would mean the current folder), that the file system can name
@@ -453,6 +463,11 @@ def path_too_long(path):
 
 #: Most simulations or syntheses ``--jobs`` may run at once.
 MAX_JOBS = 1024
+
+
+def _scheduler_option(text):
+    from sim.sweep import scheduler_option
+    return scheduler_option(text)
 
 
 def jobs_option(text):
@@ -734,6 +749,46 @@ def write_json_atomically(path, data):
     write_atomically(path, json.dumps(data, indent=1) + "\n")
 
 
+def _interrupted(signum, frame):
+    import signal
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+@contextlib.contextmanager
+def stops_as_interrupts():
+    """A ``with`` block in which SIGTERM and SIGHUP raise ``KeyboardInterrupt``
+    as Ctrl-C does (in the main thread; elsewhere it changes nothing), so
+    ``kill``, ``timeout`` or a closed terminal end a command with its one
+    interrupt line rather than silently; the handlers before it are put
+    back after it."""
+    import signal
+
+    stops = (signal.SIGTERM, signal.SIGHUP)
+    main = threading.current_thread() is threading.main_thread()
+    handlers = {s: signal.signal(s, _interrupted) for s in stops} if main else {}
+    try:
+        yield
+    finally:
+        for s, handler in handlers.items():
+            signal.signal(s, handler)
+
+
+def exit_status(main, prog, argv=None):
+    """``main(argv)``, a module's command, run as ``python -m``: its exit
+    status, or, with one line on stderr and no traceback, 130 for an
+    interrupt (Ctrl-C, SIGTERM, SIGHUP; :func:`stops_as_interrupts`) and 1
+    for an ``OSError`` (a full disk: :func:`os_error_text`)."""
+    with stops_as_interrupts():
+        try:
+            return main(argv)
+        except KeyboardInterrupt:
+            print(f"{prog}: interrupted", file=sys.stderr)
+            return 130
+        except OSError as error:
+            print(f"{prog}: error: {os_error_text(error)}", file=sys.stderr)
+            return 1
+
+
 @contextlib.contextmanager
 def pool(jobs):
     """A process pool of ``jobs`` workers for a ``with`` block, started fresh
@@ -750,41 +805,35 @@ def pool(jobs):
     import multiprocessing
     import signal
 
-    def interrupted(signum, frame):
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
     context = multiprocessing.get_context("spawn")
     before = set(multiprocessing.active_children())
     workers = concurrent.futures.ProcessPoolExecutor(max_workers=jobs, mp_context=context,
                                                      initializer=os.setpgrp)
     stops = (signal.SIGTERM, signal.SIGHUP)
     main = threading.current_thread() is threading.main_thread()
-    handlers = {s: signal.signal(s, interrupted) for s in stops} if main else {}
-    try:
-        yield workers
-        workers.shutdown(wait=True)
-    except BaseException:
-        # a second Ctrl-C (or the copy `timeout` sends its process group) must
-        # not cut this short and leave workers running
-        previous = ({s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, *stops)}
-                    if main else {})
+    with stops_as_interrupts():
         try:
-            # not cancel_futures: the pool's thread then fails the queued
-            # tasks as broken, where it would trip over cancelled ones
-            workers.shutdown(wait=False)
-            for child in set(multiprocessing.active_children()) - before:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    # a worker still starting has no group (nor simulator) yet
-                    if os.getpgid(child.pid) == child.pid:
-                        os.killpg(child.pid, signal.SIGTERM)
-                child.terminate()
-        finally:
-            if main:
-                signal.signal(signal.SIGINT, previous[signal.SIGINT])
-        raise
-    finally:
-        for s, handler in handlers.items():
-            signal.signal(s, handler)
+            yield workers
+            workers.shutdown(wait=True)
+        except BaseException:
+            # a second Ctrl-C (or the copy `timeout` sends its process group)
+            # must not cut this short and leave workers running
+            previous = ({s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, *stops)}
+                        if main else {})
+            try:
+                # not cancel_futures: the pool's thread then fails the queued
+                # tasks as broken, where it would trip over cancelled ones
+                workers.shutdown(wait=False)
+                for child in set(multiprocessing.active_children()) - before:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        # a worker still starting has no group (nor simulator) yet
+                        if os.getpgid(child.pid) == child.pid:
+                            os.killpg(child.pid, signal.SIGTERM)
+                    child.terminate()
+            finally:
+                if main:
+                    signal.signal(signal.SIGINT, previous[signal.SIGINT])
+            raise
 
 
 #: Seconds between the progress lines of a long command (``run``, ``sweep``,
@@ -1126,6 +1175,9 @@ def _cmd_sweep(args):
 
     if args.scheduler is not None and args.engine != "dask":
         raise UsageError("--scheduler needs --engine dask")
+    if args.metric is not None and not args.metric.strip():
+        raise UsageError(f"--metric must be the start of a row's quantity (the row plotted), "
+                         f"not {args.metric!r}")
     console = wide_console(stderr=True, log_path=False)
     # the fields of the --config file's table of the swept fabric are held at
     # every point, unless a --set or --grid gives them
@@ -1145,12 +1197,6 @@ def _cmd_sweep(args):
     grid = sweep.parse_grid(_fabric(fabric).config, args.grid)
     held = with_config_items(from_file.get(fabric, ()), args.set, [f for f, _ in grid])
     _resolve_simulator(args)
-    try:
-        points = sweep.plan_sweep(fabric, name, grid, held)
-    except UsageError as error:
-        raise refused_with_file(error, args.config, fabric,
-                                lambda items: sweep.plan_sweep(fabric, name, grid, items),
-                                args.set, held) from None
     results_dir = Path(args.results)
     run_root = Path(args.build) / "runs" / args.sim / "sweep" / stem
 
@@ -1162,18 +1208,34 @@ def _cmd_sweep(args):
             raise UsageError(f"--metric must start a row's quantity (of the first point done: "
                              f"{'; '.join(quantities)}), not {args.metric!r}; the sweep "
                              f"stopped there")
+    # the folders are checked before the points are planned, which can take
+    # minutes (a third of a second a point for mesh.round_trip)
     with sweep.outputs_checked(results_dir, stem, args.build):
+        planned = time.monotonic()
+        total = math.prod(len(values) for _, values in grid)
+        try:
+            with progress_shown(console, lambda: f"{stem}: planning {total:,} point"
+                                f"{'s' * (total != 1)}, {waited_text(planned)}"):
+                points = sweep.plan_sweep(fabric, name, grid, held)
+        except UsageError as error:
+            raise refused_with_file(error, args.config, fabric,
+                                    lambda items: sweep.plan_sweep(fabric, name, grid, items),
+                                    args.set, held) from None
         log_config_tables(console, args.config, from_file, {fabric: held}, "run")
         if note := sweep.replaced_note(results_dir, f"{fabric}.{name}", args.tag):
             console.log(escape(note))
-        console.log(f"{stem}: {len(points)} point{'s' * (len(points) != 1)} on "
-                    f"{args.engine}"
-                    + (f" ({escape(args.scheduler)})" if args.scheduler
-                       else f", {args.jobs} at a time"))
+
+        def started():
+            # once the workers are up: after a refused --scheduler, not before
+            console.log(f"{stem}: {len(points)} point{'s' * (len(points) != 1)} on "
+                        f"{args.engine}"
+                        + (f" ({escape(args.scheduler)})" if args.scheduler
+                           else f", {args.jobs} at a time"))
         with sweep.points_shown(console, stem, len(points)) as progress:
             outcomes = sweep.run_sweep(points, args.sim, args.build, run_root,
                                        engine=args.engine, jobs=args.jobs,
-                                       scheduler=args.scheduler, progress=progress, check=check)
+                                       scheduler=args.scheduler, progress=progress, check=check,
+                                       started=started)
     table = sweep.sweep_table(points, outcomes)
     path = sweep.write_sweep(results_dir, fabric, name, grid, held, args.sim, args.engine,
                              table, args.metric, args.tag)
@@ -1217,9 +1279,7 @@ def _cmd_report(args):
     from sim.report import print_summary, write_report
     try:
         path = write_report(Path(args.results))
-    except (ValueError, OSError) as error:
-        if isinstance(error, FileNotFoundError):
-            raise
+    except ValueError as error:
         raise UsageError(str(error).replace("\n", " ")) from None
     print_summary(Path(args.results))
     print(f"report: {path}")
@@ -1278,8 +1338,9 @@ def main(argv=None):
                           "not for synth.BLOCK")
     swp.add_argument("--engine", default="local", choices=("local", "dask"),
                      help="a local process pool (default) or a Dask cluster")
-    swp.add_argument("--scheduler", metavar="ADDRESS",
-                     help="Dask scheduler address (default: start a local Dask cluster)")
+    swp.add_argument("--scheduler", metavar="ADDRESS", type=_scheduler_option,
+                     help="Dask scheduler address, tcp://HOST:PORT (default: start a local "
+                          "Dask cluster)")
     swp.add_argument("--jobs", "-j", type=jobs_option, default=os.cpu_count() or 1, metavar="N",
                      help="points simulated at once (default: one per CPU)")
     swp.add_argument("--metric", metavar="TEXT",
@@ -1310,11 +1371,16 @@ def main(argv=None):
         return 2
     args = parser.parse_args(argv)
     try:
-        return {"list": _cmd_list, "run": _cmd_run, "report": _cmd_report,
-                "sweep": _cmd_sweep, "synth": _cmd_synth}[args.command](args)
+        with stops_as_interrupts():
+            return {"list": _cmd_list, "run": _cmd_run, "report": _cmd_report,
+                    "sweep": _cmd_sweep, "synth": _cmd_synth}[args.command](args)
     except (UsageError, FileNotFoundError) as error:
         print(f"fabricsim: error: {error}", file=sys.stderr)
         return 2
+    except OSError as error:
+        # a full disk, a file where a folder should be: not the input's fault
+        print(f"fabricsim: error: {os_error_text(error)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("fabricsim: interrupted; " + ("a sweep writes its table only when every point "
                                             "has ended" if args.command == "sweep" else

@@ -193,8 +193,10 @@ def refused_with_file(error, source, fabric, check, items, with_file):
     ``--config`` file ``source``'s ``[fabric]`` items, as
     :func:`with_config_items` gives them) raised ``error``, a ``UsageError``:
     ``error`` itself when the file added nothing to the command line's
-    ``items`` or when ``check(items)`` is refused too, otherwise the same
-    message naming the file and its table, as the same class.
+    ``items`` or when ``check(items)`` is refused with the same message (the
+    command line's own mistake), otherwise the same message naming the file
+    and its table, as the same class (``check(items)`` accepted, or refused
+    for another field, which the file's came before).
     """
     from sim.cli import UsageError
 
@@ -202,6 +204,7 @@ def refused_with_file(error, source, fabric, check, items, with_file):
         return error
     try:
         check(items)
-    except UsageError:
-        return error
+    except UsageError as alone:
+        if str(alone) == str(error):
+            return error
     return type(error)(f"--config {source}: [{fabric}] {error}")

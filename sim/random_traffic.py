@@ -506,4 +506,6 @@ def _run_and_write(args):
 
 if __name__ == "__main__":
     import sys
-    sys.exit(main())
+
+    from sim.cli import exit_status
+    sys.exit(exit_status(main, "python -m sim.random_traffic"))

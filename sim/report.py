@@ -34,7 +34,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from sim.build import write_atomically
+from sim.build import write_files_atomically
 from sim.fit import AffineFit, row_error_pct
 from sim.sweep import TAG_PATTERN
 
@@ -545,6 +545,10 @@ def _load_experiment(path: Path) -> ExperimentResult:
         raise ctx.error("", f"invalid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
     except UnicodeDecodeError as exc:
         raise ctx.error("", f"not UTF-8 (byte {exc.start}: {exc.reason})") from None
+    except (ValueError, RecursionError) as exc:
+        # JSON that parses no further: a number of thousands of digits, arrays
+        # nested thousands deep
+        raise ctx.error("", f"not a result file ({type(exc).__name__}: {exc})") from None
     doc = ctx.obj(raw, "top level")
 
     fabric = ctx.string(doc, "fabric", "top level")
@@ -687,6 +691,10 @@ def _load_experiment(path: Path) -> ExperimentResult:
                                             f"not {value!r}")
         topology = dict(tp)
 
+    title = ctx.string(doc, "title", "top level")
+    if not title.strip() or len(title.splitlines()) != 1:
+        # it becomes a heading of the report
+        raise ctx.error("top level", f"key 'title' must be one line of text, not {title!r}")
     return ExperimentResult(
         heatmap=heatmap,
         chart=chart,
@@ -694,7 +702,7 @@ def _load_experiment(path: Path) -> ExperimentResult:
         path=path,
         fabric=fabric,
         experiment=experiment,
-        title=ctx.string(doc, "title", "top level"),
+        title=title,
         simulator=ctx.string(doc, "simulator", "top level"),
         config=dict(config),
         series=tuple(series),
@@ -1312,9 +1320,9 @@ def write_report(results_dir: Path) -> Path:
         if path.is_dir():
             raise ValueError(f"--results must leave {str(path)!r} free for the report, "
                              f"but it is a folder")
-    for path, png in plots.items():
-        write_atomically(path, png)
-    write_atomically(report_path, ("\n".join(lines).rstrip() + "\n").encode("utf-8"))
+    # all or none: a full disk leaves the last report and its plots as they were
+    write_files_atomically({**plots,
+                            report_path: ("\n".join(lines).rstrip() + "\n").encode("utf-8")})
     return report_path
 
 
@@ -1368,7 +1376,7 @@ BENCH_NAME = "bench.json"
 
 #: What reading a malformed table file raises: a missing key, a wrong type, an
 #: infinite number made an integer, a list where a table belongs.
-_MALFORMED = (ValueError, KeyError, TypeError, OverflowError, AttributeError)
+_MALFORMED = (ValueError, KeyError, TypeError, OverflowError, AttributeError, RecursionError)
 
 
 def _present(path: Path, what: str) -> bool:

@@ -50,6 +50,80 @@ __all__ = ["MAX_POINTS", "TAG_PATTERN", "check_outputs", "grid_points", "map_tas
 
 ENGINES = ("local", "dask")
 
+#: Seconds a Dask scheduler named by ``--scheduler`` has to answer: to accept
+#: the connection and complete Dask's handshake.
+SCHEDULER_TIMEOUT_S = 15
+
+_SCHEDULER = re.compile(r"(?:tcp://)?(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+)(?::(\d{1,5}))?")
+
+
+def scheduler_option(text):
+    """``--scheduler`` value: a Dask scheduler's address over TCP,
+    ``tcp://HOST:PORT``, ``HOST:PORT``, or ``HOST`` (Dask's port, 8786).
+    Dask's other transports (``tls://``, ``ucx://``, ``inproc://``) need set-up
+    that ``fabricsim sweep`` does not make, and are refused.
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        If ``text`` is not such an address, or its port is not 1 to 65535.
+    """
+    import argparse
+
+    match = _SCHEDULER.fullmatch(text)
+    if match is None or (match[2] is not None and not 0 < int(match[2]) < 65536):
+        raise argparse.ArgumentTypeError(
+            f"--scheduler must be a Dask scheduler's address, tcp://HOST:PORT (or HOST:PORT), "
+            f"not {text!r}")
+    return text
+
+
+def connect_scheduler(address, timeout_s=SCHEDULER_TIMEOUT_S):
+    """A ``dask.distributed.Client`` of the scheduler at ``address``.  The
+    scheduler is first asked who it is, over a connection of its own that
+    has ``timeout_s`` seconds in all: Dask's connect timeout does not cover
+    its handshake, so a service that takes the connection and then waits
+    (a web server) would hang a client, and one that sends something else
+    first (an SSH server's banner) would fail it with a traceback at exit.
+
+    Raises
+    ------
+    UsageError
+        If no Dask scheduler answers at ``address`` in time, or what answers
+        is not one (the message names the address and what went wrong).
+    """
+    import asyncio
+
+    from dask.distributed import Client
+    from distributed.comm import connect
+    from distributed.core import send_recv
+
+    from sim.cli import UsageError
+
+    async def identity():
+        comm = await connect(address, timeout=timeout_s)
+        try:
+            return await send_recv(comm, op="identity")
+        finally:
+            comm.abort()
+
+    try:
+        answer = asyncio.run(asyncio.wait_for(identity(), timeout_s))
+        kind = answer.get("type") if isinstance(answer, dict) else type(answer).__name__
+        why = None if kind == "Scheduler" else f"it answered as {kind!r}"
+    except (asyncio.TimeoutError, TimeoutError):
+        why = f"no answer in {timeout_s} s"
+    except OSError as error:
+        why = f"{type(error).__name__}: {error}"
+    except Exception as error:   # noqa: BLE001 - whatever answered, in one line
+        text = str(error).splitlines()[0] if str(error) else "no message"
+        why = (f"what answered does not speak Dask's protocol: {type(error).__name__}: "
+               f"{text if len(text) <= 80 else text[:77] + '...'}")
+    if why is not None:
+        raise UsageError(f"--scheduler must be the address of a running Dask scheduler, "
+                         f"not {address!r} ({why})")
+    return Client(address, timeout=f"{timeout_s}s")
+
 
 def parse_grid(config_cls, items):
     """``[(field, [value text, ...])]`` from ``FIELD=V1,V2,...`` strings.  A
@@ -165,11 +239,12 @@ def _point_dir(run_root, index):
 
 
 def run_sweep(points, sim, build_root, run_root, engine="local", jobs=1, scheduler=None,
-              progress=None, check=None):
+              progress=None, check=None, started=None):
     """Simulate every planned point; returns ``[(data or None, error or None)]`` in
     the order of ``points``.  ``progress(done, total, point, error)`` is called as
     each point finishes, ``check(data)`` with the first point's data (the
-    first in grid order, when it did not fail; :func:`map_tasks`).
+    first in grid order, when it did not fail; :func:`map_tasks`), ``started()``
+    once the workers are ready (:func:`map_tasks`).
 
     Raises
     ------
@@ -200,7 +275,7 @@ def run_sweep(points, sim, build_root, run_root, engine="local", jobs=1, schedul
         return map_tasks(execute_or_error, tasks, engine, jobs, scheduler,
                          progress=point_progress if progress else None, outcome=outcome,
                          prepare=[(generate, (f, hw, build_root)) for f, hw in builds],
-                         check=check)
+                         check=check, started=started)
     except UsageError:
         # refused (an unreachable scheduler, a --metric no row has): no run
         # folder, unless Dask workers may still be writing to it
@@ -215,7 +290,7 @@ def _as_pair(value):
 
 
 def map_tasks(fn, tasks, engine="local", jobs=1, scheduler=None, progress=None,
-              outcome=_as_pair, prepare=(), check=None):
+              outcome=_as_pair, prepare=(), check=None, started=None):
     """``fn(*task)`` for every task of ``tasks``, on a local process pool
     (``engine="local"``, ``jobs`` workers) or a Dask cluster (``"dask"``: the
     scheduler at ``scheduler``, or a local cluster of ``jobs`` workers).  The
@@ -230,13 +305,16 @@ def map_tasks(fn, tasks, engine="local", jobs=1, scheduler=None, progress=None,
     is not checked): a :class:`~sim.cli.UsageError` it raises is raised at once,
     and the tasks no worker has taken never run (the local pool stops its
     running ones too, see :func:`sim.cli.pool`; Dask cannot stop a running
-    task, which ends on its worker).
+    task, which ends on its worker).  ``started()`` is called once the pool
+    has started or the Dask scheduler has answered, before any task is
+    submitted, so that what a run announces comes after a refusal of its
+    scheduler, not before.
 
     Raises
     ------
     UsageError
-        If ``engine`` is unknown, the Dask scheduler cannot be reached, or
-        ``check`` refuses the first result.
+        If ``engine`` is unknown, the Dask scheduler cannot be reached
+        (:func:`connect_scheduler`), or ``check`` refuses the first result.
     """
     from sim.cli import UsageError
 
@@ -264,13 +342,15 @@ def map_tasks(fn, tasks, engine="local", jobs=1, scheduler=None, progress=None,
         # a refusal by check() leaves the pool's block, which stops the
         # workers and fails the tasks not started (sim.cli.pool)
         with pool(jobs) as workers:
+            if started:
+                started()
             concurrent.futures.wait([workers.submit(f, *args) for f, args in prepare])
             futures = {workers.submit(fn, *t): i for i, t in enumerate(tasks)}
             for done, future in enumerate(concurrent.futures.as_completed(futures), 1):
                 finished(done, futures[future], future)
         return out
     try:
-        from dask.distributed import Client, LocalCluster, as_completed
+        from dask.distributed import LocalCluster, as_completed
     except ImportError:   # pragma: no cover - a dependency of the project
         raise UsageError("--engine dask needs the dask and distributed packages") from None
     cluster = None
@@ -279,11 +359,9 @@ def map_tasks(fn, tasks, engine="local", jobs=1, scheduler=None, progress=None,
             cluster = LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True,
                                    dashboard_address=None)
             scheduler = cluster.scheduler_address
-        try:
-            client = Client(scheduler, timeout="10s")
-        except (OSError, TimeoutError, ValueError) as error:
-            raise UsageError(f"--scheduler must be the address of a running Dask scheduler, "
-                             f"not {scheduler!r} ({error})") from None
+        client = connect_scheduler(scheduler)
+        if started:
+            started()
         with client:
             made = [client.submit(f, *args, pure=False) for f, args in prepare]
             client.gather(made, errors="skip")
@@ -522,7 +600,7 @@ def write_sweep(results_dir, fabric, name, grid, items, sim, engine, table, metr
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from sim.build import write_atomically
+    from sim.build import write_files_atomically
 
     metric, chosen = metric_rows(table, metric)
     folder = Path(results_dir) / "sweep"
@@ -593,13 +671,14 @@ def write_sweep(results_dir, fabric, name, grid, items, sim, engine, table, metr
         "grid": {f: v for f, v in grid}, "fixed": list(items), "metric": metric,
         **({"tag": tag} if tag is not None else {}),
         "plot": png_path.name if chosen else None, "rows": table}, indent=1) + "\n"
-    write_atomically(csv_path, text.getvalue())
+    files = {csv_path: text.getvalue(), path: record}
     if png is not None:
-        write_atomically(png_path, png.getvalue())
-    else:
+        files[png_path] = png.getvalue()
+    # all or none: a full disk leaves an earlier sweep's files as they were
+    write_files_atomically(files)
+    if png is None:
         # No row to plot: a plot left from an earlier sweep would not match the table.
         png_path.unlink(missing_ok=True)
-    write_atomically(path, record)
     return path
 
 

@@ -901,7 +901,7 @@ def main(args):
 
     console = wide_console(stderr=True, log_path=False)
     config = load_config_file(args.config) if args.config is not None else {}
-    tasks = plan(args.blocks, [args.device] if args.device else [], config, args.config)
+    tasks = plan(args.blocks, [] if args.device is None else [args.device], config, args.config)
     used = list(dict.fromkeys(BLOCKS[name].fabric for name, _, _ in tasks))
     check_structural(config, used, args.config)
     if args.freq is not None and not 1 <= args.freq <= 1000:
@@ -1040,15 +1040,17 @@ def sweep(args, from_file=None):
                           "synthesised")
         if note := sweeps.replaced_note(Path(args.results), f"synth.{name}", args.tag):
             console.log(escape(note))
-        console.log(f"{stem}: {len(points)} point{'s' * (len(points) != 1)} on {device}, "
-                    f"{args.engine}")
         with sweeps.points_shown(console, stem, len(points)) as progress:
             outcomes = sweeps.map_tasks(
                 synthesise_or_error,
                 [(name, device, items, str(Path(args.build).resolve())) for _, items in points],
                 args.engine, args.jobs, args.scheduler,
                 progress=lambda done, total, i, error: progress(done, total, points[i][0], error),
-                outcome=_sweep_outcome)
+                outcome=_sweep_outcome,
+                # announced once the workers are up: after a refused --scheduler, not before
+                started=lambda: console.log(
+                    f"{stem}: {len(points)} point{'s' * (len(points) != 1)} on {device}, "
+                    f"{args.engine}"))
     table = []
     for (point, _), (row, error) in zip(points, outcomes):
         if error is not None:

@@ -158,6 +158,23 @@ def test_waves_are_recorded(sim, counter_verilog, tmp_path):
     assert os.path.getsize(waves) > 0
 
 
+def test_files_written_together_are_all_written_or_none(tmp_path):
+    """A file that cannot be written leaves the others as they were, no
+    temporary file behind, and an error naming the file, not its temporary
+    name (a full disk once left a report's plots new and its text old)."""
+    kept = tmp_path / "report.md"
+    kept.write_text("old")
+    refused = tmp_path / "missing" / "plot.png"
+    with pytest.raises(OSError) as info:
+        build.write_files_atomically({kept: "new", refused: b"png"})
+    assert info.value.filename == str(refused)
+    assert kept.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["report.md"]
+    build.write_files_atomically({kept: "new", tmp_path / "plot.png": b"png"})
+    assert kept.read_text() == "new" and (tmp_path / "plot.png").read_bytes() == b"png"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plot.png", "report.md"]
+
+
 def test_verilog_is_cached_per_config(tmp_path):
     first = generate_verilog(Counter, CounterConfig(limit=5), "counter", build_root=tmp_path)
     mtime = first.stat().st_mtime_ns

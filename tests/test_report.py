@@ -428,6 +428,9 @@ def test_a_run_line_says_why_a_row_is_missed():
         ),
         (lambda d: d["rows"][0].update(model="fast"), r"rows\[0\]: key 'model' must be a finite number"),
         (lambda d: d.update(fabric="mesh"), r"key 'fabric' is 'mesh' but the file is in directory 'dsm'"),
+        # a heading of the report: a line break would start markdown of its own
+        (lambda d: d.update(title="A\n## injected"), r"one_way\.json: top level: key 'title' "
+                                                      r"must be one line of text"),
         (lambda d: d.update(set="cpcs=2"), r"one_way\.json: top level: key 'set' must be a list of "
                                            r"FIELD=VALUE strings"),
         (lambda d: d["series"][1].update(baseline_for="lod"),
@@ -468,6 +471,22 @@ def test_invalid_json_keeps_previous_report(results):
     (results / "dsm" / "broken.json").write_bytes('{"fabric": "dsm"}'.encode("utf-16"))
     with pytest.raises(ValueError, match=r"broken\.json: not UTF-8 \(byte 0: invalid start byte\)"):
         write_report(results)
+    assert (results / "report.md").read_text(encoding="utf-8") == before
+
+
+@pytest.mark.parametrize("text, why", [
+    ("[" * 100_000 + "]" * 100_000, "RecursionError"),
+    ('{"fabric": ' + "9" * 5000 + "}", "ValueError: Exceeds the limit"),
+])
+def test_json_that_python_cannot_read_is_refused_naming_the_file(results, text, why):
+    """Arrays nested 100,000 deep gave a traceback, a number of 5,000 digits
+    an error naming no file."""
+    write_report(results)
+    before = (results / "report.md").read_text(encoding="utf-8")
+    (results / "dsm" / "odd.json").write_text(text)
+    with pytest.raises(ValueError, match=rf"odd\.json: not a result file \({why}") as info:
+        write_report(results)
+    assert "\n" not in str(info.value)
     assert (results / "report.md").read_text(encoding="utf-8") == before
 
 

@@ -101,6 +101,7 @@ def test_a_bad_point_names_the_point():
      "sweep points flit_bytes=16 and flit_bytes=0x10 are the same configuration"),
     (["sweep", "synth.shaper", "--grid", "flit_bytes=16,32", "--sim", "icarus"],
      "--sim does not apply to synth.shaper"),
+
     (["sweep", "synth.shaper", "--grid", "flit_bytes=16,32", "--metric", "area"],
      "--metric must start one of LUTs, flip-flops, block RAMs, Fmax for synth.shaper, "
      "not 'area'"),
@@ -114,10 +115,11 @@ def test_bad_sweep_requests_exit_2_with_one_line(tmp_path, capsys, argv, message
 
 
 @pytest.mark.parametrize("existed", [False, True])
-def test_a_sweep_that_fails_to_run_leaves_no_empty_folder(tmp_path, monkeypatch, existed):
-    """A sweep stopped before its table (here a scheduler that cannot be
-    reached) removes the results folders it made, parents included; a folder
-    that was there before stays."""
+def test_a_sweep_that_fails_to_run_leaves_no_empty_folder(tmp_path, monkeypatch, capsys,
+                                                        existed):
+    """A sweep stopped before its table (here by an OSError, as a full disk
+    would) removes the results folders it made, parents included; a folder
+    that was there before stays.  The error is one line, exit status 1."""
     def unreachable(*args, **kwargs):
         raise OSError("no scheduler at tcp://x:1")
 
@@ -127,8 +129,8 @@ def test_a_sweep_that_fails_to_run_leaves_no_empty_folder(tmp_path, monkeypatch,
         results.mkdir(parents=True)
     argv = ["--results", str(results), "--build", str(tmp_path / "b"), "sweep",
             "pcie.peer_copy", "--grid", "lanes=8,16"]
-    with pytest.raises(OSError, match="no scheduler"):
-        main(argv)
+    assert main(argv) == 1
+    assert capsys.readouterr().err == "fabricsim: error: no scheduler at tcp://x:1\n"
     assert not (results / "sweep").exists()
     assert results.exists() == (tmp_path / "out").exists() == existed
     assert not (tmp_path / "b").exists()
@@ -236,6 +238,73 @@ def test_an_interrupted_pool_stops_its_workers_without_waiting():
     assert time.monotonic() - started < 20
 
 
+@pytest.mark.parametrize("address", ["ucx://127.0.0.1:1", "tls://127.0.0.1:1", "", "host:99999",
+                                     "a b:1"])
+def test_a_scheduler_address_dask_cannot_use_here_is_refused(tmp_path, capsys, address):
+    """Only TCP addresses: Dask's other transports need set-up the sweep does
+    not make (a tls:// scheduler failed with a traceback)."""
+    with pytest.raises(SystemExit) as info:
+        main(["--results", str(tmp_path / "r"), "--build", str(tmp_path / "b"), "sweep",
+              "pcie.peer_copy", "--grid", "lanes=8,16", "--engine", "dask",
+              "--scheduler", address])
+    assert info.value.code == 2
+    assert capsys.readouterr().err == (
+        f"fabricsim: error: --scheduler must be a Dask scheduler's address, tcp://HOST:PORT "
+        f"(or HOST:PORT), not {address!r} (see fabricsim --help)\n")
+    assert not (tmp_path / "r").exists() and not (tmp_path / "b").exists()
+
+
+def _listener(greeting):
+    """A TCP server on a free local port that takes connections, sends
+    ``greeting`` and then says nothing (not a Dask scheduler); returns
+    ``(address, close)``."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    taken = []
+
+    def serve():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            taken.append(conn)
+            conn.sendall(greeting)
+
+    threading.Thread(target=serve, daemon=True).start()
+
+    def close():
+        server.close()
+        for conn in taken:
+            conn.close()
+    return f"tcp://127.0.0.1:{server.getsockname()[1]}", close
+
+
+@pytest.mark.parametrize("greeting, why", [
+    (b"", "no answer in 2 s"),
+    (b"SSH-2.0-OpenSSH_9.6\r\n" + b"x" * 64, "what answered does not speak Dask's protocol"),
+])
+def test_a_scheduler_address_that_is_no_dask_scheduler_is_refused_in_time(greeting, why):
+    """A service that takes the connection and waits (a web server) is
+    refused once the time is up, one that sends something else first (an SSH
+    banner) at once: one line each, no client left to fail at exit."""
+    import time
+
+    address, close = _listener(greeting)
+    started = time.monotonic()
+    try:
+        with pytest.raises(UsageError) as info:
+            sweep.connect_scheduler(address, timeout_s=2)
+    finally:
+        close()
+    assert str(info.value).startswith(f"--scheduler must be the address of a running Dask "
+                                      f"scheduler, not {address!r} ({why}")
+    assert "\n" not in str(info.value)
+    assert time.monotonic() - started < 10
+
+
 def test_sigterm_stops_a_pool_as_ctrl_c_does():
     """kill or timeout (SIGTERM) inside a pool's block raises
     KeyboardInterrupt, so its workers are stopped rather than left running;
@@ -261,6 +330,38 @@ def test_sigterm_stops_a_pool_as_ctrl_c_does():
     assert children and not any(c.is_alive() for c in children)
     assert time.monotonic() - started < 20
     assert signal.getsignal(signal.SIGTERM) == before
+
+
+@pytest.mark.parametrize("stop", ["SIGTERM", "SIGHUP"])
+def test_a_module_command_stopped_says_so_in_one_line(capsys, stop):
+    """python -m sim.random_traffic (and sim.prove, sim.bench) run through
+    exit_status: kill or a closed terminal ends them with one line and 130,
+    as Ctrl-C does, not a traceback; the handlers are put back after."""
+    import signal
+    import time
+
+    from sim.cli import exit_status
+
+    before = signal.getsignal(signal.SIGTERM)
+
+    def command(argv):
+        os.kill(os.getpid(), getattr(signal, stop))
+        time.sleep(30)                      # the signal arrives first
+        return 0
+    assert exit_status(command, "python -m sim.random_traffic") == 130
+    assert capsys.readouterr().err == "python -m sim.random_traffic: interrupted\n"
+    assert signal.getsignal(signal.SIGTERM) == before
+
+
+def test_a_module_command_that_cannot_write_says_which_file(capsys, tmp_path):
+    from sim.cli import exit_status
+
+    def command(argv):
+        (tmp_path / "missing" / "random.json").write_text("{}")
+    assert exit_status(command, "python -m sim.random_traffic") == 1
+    assert capsys.readouterr().err == (f"python -m sim.random_traffic: error: "
+                                       f"{tmp_path / 'missing' / 'random.json'}: "
+                                       f"No such file or directory\n")
 
 
 def test_a_tagged_sweep_keeps_the_earlier_table(tmp_path):
@@ -404,7 +505,8 @@ def test_a_sweep_shows_its_points_while_they_run(tmp_path, capsys, monkeypatch,
     the points run, piped output gets a line with how many are done (every
     PIPED_PROGRESS_SECONDS), and each point's own line as it ends."""
     def run_sweep(points, *args, progress=None, **kwargs):
-        progress_lines(2)                       # the status, then a line
+        # the status, then a line (after those of the planning, if any)
+        progress_lines(progress_lines(0) + 2)
         progress(1, len(points), points[0][0], "run 1 ended stuck")
         progress_lines(progress_lines(0) + 2)   # a line made after the first point
         progress(2, len(points), points[1][0], "run 1 ended stuck")
