@@ -966,16 +966,20 @@ def log_config_tables(console, source, from_file, taken, done):
     (a ``--set`` or ``--grid`` of a field wins over the file), then the
     tables (``from_file``, as :func:`sim.config_file.load_config_file`
     returns them) of other fabrics as not used, nothing of them being
-    ``done`` (``"run"``, ``"synthesised"``) here.  Called once the request
-    has been checked, so that a refusal stays one line."""
+    ``done`` (``"run"``, ``"synthesised"``) here; a field of the file that the
+    command line gives instead is named as replaced.  Called once the
+    request has been checked, so that a refusal stays one line."""
     from rich.markup import escape
 
     for fabric, items in taken.items():
         if from_file.get(fabric):
             used = [i for i in from_file[fabric] if i in items]
+            replaced = [i.partition("=")[0] for i in from_file[fabric] if i not in items]
             console.log(escape(f"--config {source}: [{fabric}] "
                                + (", ".join(used) if used else
-                                  "nothing used, the command line gives every field")))
+                                  "nothing used, the command line gives every field")
+                               + (f"; {', '.join(replaced)} given on the command line instead"
+                                  if used and replaced else "")))
     unused = [f for f in from_file if f not in taken]
     if unused:
         one = len(unused) == 1

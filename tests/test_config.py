@@ -121,6 +121,18 @@ def test_a_config_file_gives_set_items_and_the_command_line_wins(tmp_path):
     with pytest.raises(UsageError, match=r"\[dsm\] fields must be among its structural ones"):
         check_structural(items, ["mesh", "dsm"], path)
     check_structural(items, ["mesh"], path)
+    # the log names what the file gave and what the command line replaced
+    import io
+
+    from rich.console import Console
+
+    from sim.cli import log_config_tables
+    console = Console(file=io.StringIO(), width=400, log_time=False, log_path=False)
+    taken = with_config_items(items["dsm"], ["shaper_cycles=5"], held=["shared_vc"])
+    log_config_tables(console, path, {"dsm": items["dsm"]}, {"dsm": taken}, "run")
+    assert console.file.getvalue().rstrip() == (
+        f"--config {path}: [dsm] shaper_flits=3, payload_kib=16,32; shaper_cycles, shared_vc "
+        f"given on the command line instead")
 
 
 @pytest.mark.parametrize("items,text", [
