@@ -43,10 +43,11 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["MAX_POINTS", "TAG_PATTERN", "check_outputs", "grid_points", "map_tasks",
-           "metric_rows", "outputs_checked", "parse_grid", "plan_sweep", "points_shown",
-           "progress_line", "replaced_note", "run_sweep", "seed_text", "sweep_table",
-           "table_stem", "write_sweep"]
+__all__ = ["MAX_POINTS", "SCHEDULER_TIMEOUT_S", "TAG_PATTERN", "check_outputs",
+           "connect_scheduler", "grid_points", "map_tasks", "metric_rows", "outputs_checked",
+           "parse_grid", "plan_sweep", "points_shown", "progress_line", "replaced_note",
+           "run_sweep", "scheduler_option", "seed_text", "sweep_table", "table_stem", "where",
+           "write_sweep"]
 
 ENGINES = ("local", "dask")
 
@@ -203,17 +204,19 @@ def grid_points(grid, items, plan, same=lambda planned: planned):
         try:
             planned = plan(point_items)
         except UsageError as error:
-            raise UsageError(f"sweep point {_where(point)}: {error}") from None
+            raise UsageError(f"sweep point {where(point)}: {error}") from None
         key = same(planned)
         if key in seen:
-            raise UsageError(f"sweep points {seen[key]} and {_where(point)} are the same "
+            raise UsageError(f"sweep points {seen[key]} and {where(point)} are the same "
                              "configuration; list each value once")
-        seen[key] = _where(point)
+        seen[key] = where(point)
         out.append((point, point_items, planned))
     return out
 
 
-def _where(point):
+def where(point):
+    """A point ``{field: value text}`` as the messages name it:
+    ``"lanes=8, generation=4"``."""
     return ", ".join(f"{k}={v}" for k, v in point.items())
 
 
@@ -647,7 +650,7 @@ def write_sweep(results_dir, fabric, name, grid, items, sim, engine, table, metr
         title = chosen[0]["quantity"]
         ax.set_title(f"{stem}\n" + (title if len(title) < 70 else title[:67] + "..."),
                      fontsize=9)
-        failed = [_where(r["point"]) for r in table if "error" in r]
+        failed = [where(r["point"]) for r in table if "error" in r]
         if failed:
             # a failed point has no value to draw: named, so its gap is not
             # read as a point left out of the grid

@@ -976,6 +976,31 @@ SWEEP_QUANTITIES = (("luts", "LUTs", "LUTs"), ("ffs", "flip-flops", "FFs"),
                     ("brams", "block RAMs", "BRAMs"), ("fmax_mhz", "Fmax", "MHz"))
 
 
+def _same_logic(block, points, build_root):
+    """``(point, point)``: the first two points of ``points`` (``[(point,
+    items)]``, as :func:`sweep` plans them) whose Verilog of ``block`` is the
+    same, so that they would synthesise to the same figures; ``None`` if every
+    point's differs.  The Verilog lands in the build folder's cache, where
+    the synthesis of each point finds it; a point whose Verilog cannot be
+    made is left to fail on its own."""
+    import hashlib
+
+    from sim.build import generate_verilog
+
+    seen = {}
+    for point, items in points:
+        try:
+            verilog = generate_verilog(block.build, block_config(block, items),
+                                       f"synth_{block.name}", build_root=Path(build_root))
+        except Exception:   # noqa: BLE001 - the point's synthesis reports it
+            continue
+        digest = hashlib.sha256(verilog.read_bytes()).hexdigest()
+        if digest in seen:
+            return seen[digest], point
+        seen[digest] = point
+    return None
+
+
 def sweep(args, from_file=None):
     """``fabricsim sweep synth.BLOCK --grid FIELD=...``: synthesise ``BLOCK`` at
     every point of the grid (on its first device) on the local pool or Dask,
@@ -996,7 +1021,8 @@ def sweep(args, from_file=None):
     from rich.table import Table
 
     from sim import sweep as sweeps
-    from sim.cli import FABRICS, UsageError, _field_hint, log_config_tables, wide_console
+    from sim.cli import (FABRICS, UsageError, _field_hint, log_config_tables, progress_shown,
+                         waited_text, wide_console)
 
     from_file = from_file or {}
     name = args.name.partition(".")[2]
@@ -1036,6 +1062,15 @@ def sweep(args, from_file=None):
     device = block.devices[0]
 
     with sweeps.outputs_checked(Path(args.results), stem, args.build):
+        started = time.monotonic()
+        with progress_shown(console, lambda: f"{stem}: generating the Verilog of "
+                            f"{len(points)} points, {waited_text(started)}"):
+            same = _same_logic(block, points, args.build)
+        if same is not None:
+            raise UsageError(f"sweep points {sweeps.where(same[0])} and {sweeps.where(same[1])} "
+                             f"give {name} the same logic: "
+                             f"{', '.join(f for f, _ in grid)} change{'s' * (len(grid) == 1)} "
+                             f"nothing in it; sweep a field it uses")
         log_config_tables(console, args.config, from_file, {block.fabric: held},
                           "synthesised")
         if note := sweeps.replaced_note(Path(args.results), f"synth.{name}", args.tag):

@@ -296,6 +296,18 @@ def test_a_synthesis_sweep_writes_one_row_per_point_and_quantity(tmp_path):
         (q, "ok") for q in ("LUTs", "flip-flops", "block RAMs", "Fmax")]
 
 
+def test_a_synthesis_sweep_of_a_field_the_block_does_not_use_is_refused(tmp_path, capsys):
+    """Points whose Verilog of the block is the same would each synthesise
+    the same logic, minutes apiece: refused before any synthesis, and the
+    build folder keeps only the Verilog made to compare them."""
+    assert main(["--build", str(tmp_path / "b"), "--results", str(tmp_path / "r"), "sweep",
+                 "synth.round_robin", "--grid", "data_seed=1,2,3"]) == 2
+    assert capsys.readouterr().err == (
+        "fabricsim: error: sweep points data_seed=1 and data_seed=2 give round_robin the same "
+        "logic: data_seed changes nothing in it; sweep a field it uses\n")
+    assert not (tmp_path / "r").exists() and not (tmp_path / "b" / "synth").exists()
+
+
 def test_a_bad_synthesis_sweep_point_is_named(tmp_path, capsys):
     assert main(["--build", str(tmp_path / "b"), "--results", str(tmp_path / "r"), "sweep",
                  "synth.gx_plane", "--grid", "flit_bytes=16,48"]) == 2
