@@ -254,6 +254,19 @@ def test_a_link_moves_payload_at_its_beat_share(write_bytes, beats, mode):
             assert got[0]["errors"] == 0 and got[0]["rx_bytes"] == nbytes
 
 
+def test_a_read_larger_than_a_completion_arrives_in_several_intact():
+    """A pull of 512 B read requests: the completer answers each in four
+    completions of max_payload_bytes (128 B), each with its own length and
+    address, and every byte lands where it belongs (a completion that gave
+    the bytes left in the read as its length corrupted the copy)."""
+    nbytes = 8192
+    got = _two_gpus_over_one_link(512, nbytes, False, GpuMode.PULL)
+    assert got[1]["done"] and got[1]["errors"] == 0 and got[1]["rx_bytes"] == nbytes
+    assert got["link"]["o_overflow"] == 0
+    # GPU 0 answers GPU 1's reads: the TLPs from GPU 0 are the completions
+    assert got["link"]["ab_tlps"] == nbytes // CFG.max_payload_bytes
+
+
 def test_dllps_alone_take_their_own_wire_time_on_a_narrow_link():
     """On a Gen3 x1 link a 128 B write's five beats take 160 ns, past the
     wait a DLLP gives a header beat to ride in, so the Acks and UpdateFCs of

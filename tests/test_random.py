@@ -51,6 +51,15 @@ def test_the_ci_seeds_draw_allreduce_trees(small):
     assert ops and {"2", "3"} & set(ops), traffic
 
 
+@pytest.mark.parametrize("seed", [1, 2])
+def test_every_seed_draws_every_pcie_copy_mode(seed):
+    """A seed's three PCIe runs take push, pull and staged copies in turn, so
+    make test's seeds run reads and completions too (drawn at random, seeds
+    1 and 2 drew no pull)."""
+    modes = [run["traffic"].split()[0] for run in trial("pcie", seed).runs]
+    assert sorted(modes) == ["pull", "push", "staged"]
+
+
 def test_main_rejects_bad_arguments(tmp_path, capsys):
     for argv, field in ((["noc"], "FABRIC"), (["dsm", "--sim", "vcs"], "--sim"),
                         (["dsm", "--seeds", "0"], "--seeds")):
