@@ -221,7 +221,8 @@ def write_files_atomically(files: dict[Path, str | bytes]) -> None:
     Raises
     ------
     OSError
-        If a file cannot be written (none has been changed); its
+        If a file cannot be written (then none has been changed) or, rarer,
+        renamed into place (then those before it have been); its
         ``filename`` is that file's path, not the temporary name.
     """
     written = []

@@ -1375,7 +1375,8 @@ def _faults_survived(results) -> list[str]:
 BENCH_NAME = "bench.json"
 
 #: What reading a malformed table file raises: a missing key, a wrong type, an
-#: infinite number made an integer, a list where a table belongs.
+#: infinite number made an integer, a list where a table belongs, arrays
+#: nested too deep for the JSON reader.
 _MALFORMED = (ValueError, KeyError, TypeError, OverflowError, AttributeError, RecursionError)
 
 

@@ -1067,10 +1067,12 @@ def sweep(args, from_file=None):
                             f"{len(points)} points, {waited_text(started)}"):
             same = _same_logic(block, points, args.build)
         if same is not None:
+            # the fields whose values differ between the two points
+            unused = [f for f in same[0] if same[0][f] != same[1][f]]
             raise UsageError(f"sweep points {sweeps.where(same[0])} and {sweeps.where(same[1])} "
-                             f"give {name} the same logic: "
-                             f"{', '.join(f for f, _ in grid)} change{'s' * (len(grid) == 1)} "
-                             f"nothing in it; sweep a field it uses")
+                             f"give {name} the same logic: {', '.join(unused)} "
+                             f"change{'s' * (len(unused) == 1)} nothing in it; sweep a field "
+                             f"it uses")
         log_config_tables(console, args.config, from_file, {block.fabric: held},
                           "synthesised")
         if note := sweeps.replaced_note(Path(args.results), f"synth.{name}", args.tag):
