@@ -101,7 +101,6 @@ def test_a_bad_point_names_the_point():
      "sweep points flit_bytes=16 and flit_bytes=0x10 are the same configuration"),
     (["sweep", "synth.shaper", "--grid", "flit_bytes=16,32", "--sim", "icarus"],
      "--sim does not apply to synth.shaper"),
-
     (["sweep", "synth.shaper", "--grid", "flit_bytes=16,32", "--metric", "area"],
      "--metric must start one of LUTs, flip-flops, block RAMs, Fmax for synth.shaper, "
      "not 'area'"),
