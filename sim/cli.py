@@ -773,16 +773,19 @@ def stops_as_interrupts():
             signal.signal(s, handler)
 
 
-def exit_status(main, prog, argv=None):
-    """``main(argv)``, a module's command, run as ``python -m``: its exit
-    status, or, with one line on stderr and no traceback, 130 for an
-    interrupt (Ctrl-C, SIGTERM, SIGHUP; :func:`stops_as_interrupts`) and 1
-    for an ``OSError`` (a full disk: :func:`os_error_text`)."""
+def exit_status(main, prog, argv=None, interrupted=""):
+    """``main(argv)``, a command (``fabricsim``'s, or a module's run as
+    ``python -m``): its exit status, or, with one line on stderr and no
+    traceback, 130 for an interrupt (Ctrl-C, SIGTERM, SIGHUP;
+    :func:`stops_as_interrupts`), the line ending with what ``interrupted``
+    says of the results, and 1 for an ``OSError`` (a full disk, a file where
+    a folder should be: not the input's fault; :func:`os_error_text`)."""
     with stops_as_interrupts():
         try:
             return main(argv)
         except KeyboardInterrupt:
-            print(f"{prog}: interrupted", file=sys.stderr)
+            print(f"{prog}: interrupted" + (f"; {interrupted}" if interrupted else ""),
+                  file=sys.stderr)
             return 130
         except OSError as error:
             print(f"{prog}: error: {os_error_text(error)}", file=sys.stderr)
@@ -1374,23 +1377,17 @@ def main(argv=None):
         parser.print_help()
         return 2
     args = parser.parse_args(argv)
-    try:
-        with stops_as_interrupts():
+
+    def command(_):
+        try:
             return {"list": _cmd_list, "run": _cmd_run, "report": _cmd_report,
                     "sweep": _cmd_sweep, "synth": _cmd_synth}[args.command](args)
-    except (UsageError, FileNotFoundError) as error:
-        print(f"fabricsim: error: {error}", file=sys.stderr)
-        return 2
-    except OSError as error:
-        # a full disk, a file where a folder should be: not the input's fault
-        print(f"fabricsim: error: {os_error_text(error)}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("fabricsim: interrupted; " + ("a sweep writes its table only when every point "
-                                            "has ended" if args.command == "sweep" else
-                                            "results finished before it are kept"),
-              file=sys.stderr)
-        return 130
+        except (UsageError, FileNotFoundError) as error:
+            print(f"fabricsim: error: {error}", file=sys.stderr)
+            return 2
+    return exit_status(command, "fabricsim",
+                       interrupted="a sweep writes its table only when every point has ended"
+                       if args.command == "sweep" else "results finished before it are kept")
 
 
 if __name__ == "__main__":

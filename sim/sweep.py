@@ -112,7 +112,7 @@ def connect_scheduler(address, timeout_s=SCHEDULER_TIMEOUT_S):
         answer = asyncio.run(asyncio.wait_for(identity(), timeout_s))
         kind = answer.get("type") if isinstance(answer, dict) else type(answer).__name__
         why = None if kind == "Scheduler" else f"it answered as {kind!r}"
-    except (asyncio.TimeoutError, TimeoutError):
+    except TimeoutError:                # asyncio's, since Python 3.11
         why = f"no answer in {timeout_s} s"
     except OSError as error:
         why = f"{type(error).__name__}: {error}"
