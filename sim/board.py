@@ -116,8 +116,8 @@ def build_on_board(block_name, board, build_dir, items=(), source=None):
 
     blocks = [name for name, b in BLOCKS.items() if not b.top]
     if block_name not in blocks:
-        top = (f" (a fabric top: the tops have more than one clock domain or need a "
-               f"register host)" if block_name in BLOCKS else "")
+        top = (" (a fabric top: the tops have more than one clock domain or need a "
+               "register host)" if block_name in BLOCKS else "")
         raise UsageError(f"BLOCK must be one of {', '.join(blocks)}, not {block_name!r}{top}")
     block = BLOCKS[block_name]
     if board not in BOARDS:
@@ -143,7 +143,9 @@ def main(argv=None):
     from sim.config_file import check_structural, load_config_file
 
     parser = OneLineParser(prog="python -m sim.board", description=__doc__.split("\n\n")[0])
-    parser.add_argument("block", metavar="BLOCK")
+    from sim.synth import BLOCKS
+    parser.add_argument("block", metavar="BLOCK", help="one of " + ", ".join(
+        name for name, block in BLOCKS.items() if not block.top))
     parser.add_argument("--board", default="ulx3s-85f", help=f"one of {', '.join(BOARDS)}")
     parser.add_argument("--build", type=folder_option, default="build")
     parser.add_argument("--config", metavar="FILE", action=GivenOnce,
@@ -151,7 +153,6 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         config = load_config_file(args.config) if args.config is not None else {}
-        from sim.synth import BLOCKS
         fabric = BLOCKS[args.block].fabric if args.block in BLOCKS else None
         check_structural(config, [fabric] if fabric else [], args.config)
         folder = build_on_board(args.block, args.board, args.build, config.get(fabric, ()),

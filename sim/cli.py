@@ -42,8 +42,8 @@ __all__ = ["FieldSetByExperiment", "GivenOnce", "Job", "OneLineParser", "UsageEr
            "execute_job", "execute_or_error", "exit_status", "folder_option", "generate",
            "job_run_folders", "job_verilog", "jobs_option", "log_config_tables", "longest_first",
            "main", "os_error_text", "parse_overrides", "plan_job", "pool", "progress_shown",
-           "resolve_names", "runs_logged", "stops_as_interrupts", "unknown_field", "waited_text",
-           "wide_console", "write_json_atomically"]
+           "resolve_names", "runs_logged", "simulation_started", "stops_as_interrupts",
+           "unknown_field", "waited_text", "wide_console", "write_json_atomically"]
 
 FABRICS = ("dsm", "mesh", "pcie")
 
@@ -656,6 +656,19 @@ def runs_logged(job, run_root, since):
     return done
 
 
+def simulation_started(job, run_root, since):
+    """Whether a simulation of ``job`` has started since ``since`` (seconds
+    since the epoch): a part's ``sim.log`` written since then.  Before that
+    the experiment builds its simulator (or starts, or reuses every result)."""
+    for folder, _ in job_run_folders(job):
+        try:
+            if (Path(run_root) / folder / "sim.log").stat().st_mtime >= since:
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def job_verilog(job):
     """``[(fabric, configuration)]`` Verilog builds ``job`` needs, each once."""
     return list(dict.fromkeys((job.fabric, cfg.hardware()) for _, cfg, _ in job.parts))
@@ -1115,8 +1128,9 @@ def _cmd_run(args):
                 running = [f"{futures[f].fabric}.{futures[f].name} "
                            f"{runs_logged(futures[f], run_root, started)}/"
                            f"{sum(n for _, n in job_run_folders(futures[f]))} runs"
+                           + ("" if simulation_started(futures[f], run_root, started)
+                              else " (building or starting)")
                            for f in [f for f in futures if f in pending][:args.jobs]]
-                # An experiment at 0 runs is building its simulator or starting.
                 return (f"{len(jobs) - len(pending)}/{len(jobs)} experiments done ({args.sim}, "
                         f"{min(args.jobs, len(jobs))} at a time)"
                         + ("; " + ", ".join(running) if running else ""))
@@ -1234,10 +1248,8 @@ def _cmd_sweep(args):
 
         def started():
             # once the workers are up: after a refused --scheduler, not before
-            console.log(f"{stem}: {len(points)} point{'s' * (len(points) != 1)} on "
-                        f"{args.engine}"
-                        + (f" ({escape(args.scheduler)})" if args.scheduler
-                           else f", {args.jobs} at a time"))
+            console.log(escape(sweep.started_line(stem, len(points), args.engine, args.jobs,
+                                                  args.scheduler)))
         with sweep.points_shown(console, stem, len(points)) as progress:
             outcomes = sweep.run_sweep(points, args.sim, args.build, run_root,
                                        engine=args.engine, jobs=args.jobs,

@@ -21,6 +21,7 @@ import io
 import json
 import math
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -412,16 +413,16 @@ def met_sentence(met: int, checked: int, total: int) -> str:
     information"`` when no row has a target."""
     if checked or not total:
         return met_text(met, checked, total) + " rows met"
-    return f"{total} rows for information"
+    return f"{total} row{'s' * (total != 1)} for information"
 
 
 def rows_met_text(raw_rows: Sequence[Mapping[str, Any]], notes: Sequence[str] = (),
                   what_if: bool = False) -> str:
     """:func:`met_sentence` of result-row dicts, as a run's line gives it:
-    when a row misses its target, followed by why, from the experiment's
-    ``notes`` and whether it ran as a ``what_if``: "(a what-if: ...)" for a
-    what-if, compared with the seed's hardware as built, else "(a known gap:
-    ...)" when a note starts ``Known gap``; nothing else.
+    a ``what_if`` is marked "(a what-if)", and "(a what-if: ...)" when a row
+    misses its target (compared with the seed's hardware as built); otherwise a
+    missed row is followed by "(a known gap: ...)" when one of the
+    experiment's ``notes`` starts ``Known gap``, and by nothing else.
 
     Raises
     ------
@@ -430,6 +431,8 @@ def rows_met_text(raw_rows: Sequence[Mapping[str, Any]], notes: Sequence[str] = 
     """
     rows = [_load_row(_Context(Path("<row>")), raw, "row") for raw in raw_rows]
     text = _rows_text(rows, met_sentence)
+    if what_if and all(r.passes for r in rows):
+        return text + " (a what-if)"
     if all(r.passes for r in rows):
         return text
     if what_if:
@@ -947,6 +950,7 @@ def _render_heatmap(result: ExperimentResult) -> bytes:
                 va="center", fontsize=7)
     for x, y in hm.get("non_compute", []):
         ax.add_patch(_rectangle(x, y, "0.75"))
+        ax.text(x, y, "non-\ncompute", ha="center", va="center", fontsize=7)
     if "source_cell" in hm:
         x, y = hm["source_cell"]
         ax.add_patch(_rectangle(x, y, "gold"))
@@ -1296,14 +1300,14 @@ def write_report(results_dir: Path) -> Path:
     # leave their sections out without a word
     lines += _bench_section(results_dir) or [
         "## Simulation speed", "",
-        f"No `{BENCH_NAME}` in this folder: `make bench` measures simulated cycles per "
-        "second and the report's own time, and writes it.", ""]
+        f"No `{BENCH_NAME}` in this folder: `{_make(results_dir, 'bench')}` measures "
+        "simulated cycles per second and the report's own time, and writes it.", ""]
     synth_lines, synth_plots = _synth_section(results_dir)
     if not (results_dir / SYNTH_NAME).exists():
         # the section's heading, the line, then any synthesis sweep's plot
         synth_lines = ["## FPGA synthesis", "",
-                       f"No `{SYNTH_NAME}` in this folder: `make synth` synthesises every "
-                       "block and writes it.", ""] + synth_lines[2:]
+                       f"No `{SYNTH_NAME}` in this folder: `{_make(results_dir, 'synth')}` "
+                       "synthesises every block and writes it.", ""] + synth_lines[2:]
     lines += synth_lines
     plots.update(synth_plots)
 
@@ -1603,6 +1607,17 @@ PROOFS_NAME = "proofs.json"
 RANDOM_NAME = "random.json"
 
 
+def _make(results_dir: Path, target: str) -> str:
+    """The make command whose ``target`` writes into ``results_dir``:
+    ``make TARGET``, with ``RESULTS=`` naming the folder unless it is the
+    Makefile's default, ``results/`` of the working folder."""
+    here, folder = Path.cwd().resolve(), Path(results_dir).resolve()
+    if folder == here / "results":
+        return f"make {target}"
+    shown = folder.relative_to(here) if folder.is_relative_to(here) else folder
+    return f"make {target} RESULTS={shlex.quote(str(shown))}"
+
+
 def _verification_section(results_dir: Path) -> list[str]:
     """The report's verification section: the bounded proofs of
     ``results_dir / proofs.json`` (written by ``python -m sim.prove``) and the
@@ -1617,7 +1632,8 @@ def _verification_section(results_dir: Path) -> list[str]:
     lines = ["## Verification", ""]
     path = results_dir / PROOFS_NAME
     if not _present(path, "a proofs file"):
-        lines += ["No bounded proofs in this folder: `make prove` writes them.", ""]
+        lines += [f"No bounded proofs in this folder: `{_make(results_dir, 'prove')}` "
+                  "writes them.", ""]
     else:
         try:
             rows = json.loads(path.read_text(encoding="utf-8"))["rows"]
@@ -1634,7 +1650,8 @@ def _verification_section(results_dir: Path) -> list[str]:
     path = results_dir / RANDOM_NAME
     if not _present(path, "a random-traffic file"):
         return lines + ["No random-traffic results in this folder: "
-                        "`make report` runs `python -m sim.random_traffic`, which writes them.", ""]
+                        f"`{_make(results_dir, 'report')}` runs `python -m "
+                        "sim.random_traffic`, which writes them.", ""]
     try:
         rows = json.loads(path.read_text(encoding="utf-8"))["rows"]
         table = [[str(r["fabric"]), str(r["simulator"]),

@@ -46,8 +46,8 @@ from pathlib import Path
 __all__ = ["MAX_POINTS", "SCHEDULER_TIMEOUT_S", "TAG_PATTERN", "check_outputs",
            "connect_scheduler", "grid_points", "map_tasks", "metric_rows", "outputs_checked",
            "parse_grid", "plan_sweep", "points_shown", "progress_line", "replaced_note",
-           "run_sweep", "scheduler_option", "seed_text", "sweep_table", "table_stem", "where",
-           "write_sweep"]
+           "run_sweep", "scheduler_option", "seed_text", "started_line", "sweep_table",
+           "table_stem", "where", "write_sweep"]
 
 ENGINES = ("local", "dask")
 
@@ -423,6 +423,17 @@ def progress_line(done, total, label, point, error):
     where = ", ".join(f"{k}={v}" for k, v in point.items())
     status = f"[red]failed:[/red] {escape(str(error))}" if error else "done"
     return f"[{done}/{total}] {label} {escape(where)}: {status}"
+
+
+def started_line(label, total, engine, jobs, scheduler, target=None):
+    """The line a sweep logs once its workers are up: ``"dsm.one_way: 3
+    points on local, 2 at a time"``, with ``on TARGET, ENGINE`` where the
+    sweep names a target (a synthesis sweep's device) and the scheduler's
+    address in place of ``jobs`` (at most ``total``) on a Dask cluster (``"... on dask
+    (tcp://host:8786)"``)."""
+    where = f"{target}, {engine}" if target else engine
+    return (f"{label}: {total} point{'s' * (total != 1)} on {where}"
+            + (f" ({scheduler})" if scheduler else f", {min(jobs, total)} at a time"))
 
 
 @contextlib.contextmanager

@@ -1085,9 +1085,8 @@ def sweep(args, from_file=None):
                 progress=lambda done, total, i, error: progress(done, total, points[i][0], error),
                 outcome=_sweep_outcome,
                 # announced once the workers are up: after a refused --scheduler, not before
-                started=lambda: console.log(
-                    f"{stem}: {len(points)} point{'s' * (len(points) != 1)} on {device}, "
-                    f"{args.engine}"))
+                started=lambda: console.log(escape(sweeps.started_line(
+                    stem, len(points), args.engine, args.jobs, args.scheduler, device))))
     table = []
     for (point, _), (row, error) in zip(points, outcomes):
         if error is not None:

@@ -51,15 +51,19 @@ CASES = [
     ("sweep-bad-point", ["sweep", "dsm.one_way", "--grid", "ack_threshold_flits=40,0"],
      "sweep point ack_threshold_flits=0: ack_threshold_flits must be"),
     ("sweep-field-the-experiment-sets", ["sweep", "dsm.ring", "--grid", "cluster_size=2,4"],
-     "sweep point cluster_size=2: cluster_size must be left unset for dsm.ring, whose series "
-     "use 2, 4, 8, 16 ranks"),
+     "sweep point cluster_size=2: cluster_size must be given with a placement of 2 slots for "
+     "dsm.ring, whose series place their 2, 4, 8, 16 ranks themselves, or left unset, "
+     "not 2 alone"),
     ("sweep-bad-engine", ["sweep", "dsm.one_way", "--grid", "ack_threshold_flits=40",
                           "--engine", "slurm"], "argument --engine: invalid choice: 'slurm'"),
     # --- Hopper DSM (seed 000) -----------------------------------------------------
     # fields an experiment sets itself: a --set of them would have no effect
     ("dsm-cluster-size-set-by-series", ["run", "dsm.one_way", "--set", "cluster_size=1"],
-     "cluster_size must be left unset for dsm.one_way, whose series use 2 ranks, or given "
-     "with a placement of that many slots, not 1 alone"),
+     "cluster_size must be one of dsm.one_way's cluster sizes (2), given with a placement "
+     "of that many slots, or left unset, not 1"),
+    ("dsm-cluster-size-without-placement", ["run", "dsm.one_way", "--set", "cluster_size=2"],
+     "cluster_size must be given with a placement of 2 slots for dsm.one_way, whose series "
+     "place their 2 ranks themselves, or left unset, not 2 alone"),
     ("dsm-placement-fits-no-series", ["run", "dsm.one_way", "--set", "cluster_size=3",
                                       "--set", "placement=5,7,9"],
      "placement must name as many slots as one of dsm.one_way's cluster sizes (2), not 3 "

@@ -432,19 +432,22 @@ def test_a_cold_build_folder_starts_the_longest_experiment_first():
 
 
 def test_progress_counts_the_runs_this_invocation_logged(tmp_path):
-    from sim.cli import Job, runs_logged
+    from sim.cli import Job, runs_logged, simulation_started
     job = Job("mesh", "allreduce", (("shire", None, [{}] * 5), ("chip", None, [{}] * 8)))
     since = time.time() - 5        # slack for file systems with coarse time stamps
     assert runs_logged(job, tmp_path, since) == 0                  # nothing started yet
+    assert not simulation_started(job, tmp_path, since)
     shire, chip = tmp_path / "mesh.allreduce.shire", tmp_path / "mesh.allreduce.chip"
     shire.mkdir()
     chip.mkdir()
     # An earlier invocation's log counts nothing ...
     (chip / "sim.log").write_text("  1.00ns INFO  cocotb  run 8/8 tree: done\n")
     os.utime(chip / "sim.log", (since - 60, since - 60))
+    assert not simulation_started(job, tmp_path, since)             # still building
     (shire / "sim.log").write_text("".join(f"  {k}.00ns INFO  cocotb  run {k}/5 level {k}: done\n"
                                            for k in range(1, 4)))
     assert runs_logged(job, tmp_path, since) == 3
+    assert simulation_started(job, tmp_path, since)
     # ... until this one's simulation writes it again.
     (chip / "sim.log").write_text("  9.00ns INFO  cocotb  run 2/8 tree: done\n")
     assert runs_logged(job, tmp_path, since) == 5

@@ -164,7 +164,8 @@ def test_report_rows_marks_and_plots(results):
 
 
 def test_experiments_keep_their_fabric_s_order_and_absent_sections_say_how_to_fill_them(
-        results):
+        results, monkeypatch):
+    monkeypatch.chdir(results.parent)       # the Makefile's default folder: plain make
     # one_way (A) sorts after bidirectional (B) by name; the fabric lists A first
     doc = _dsm_one_way()
     doc.update(experiment="bidirectional", title="B: two ways")
@@ -177,6 +178,23 @@ def test_experiments_keep_their_fabric_s_order_and_absent_sections_say_how_to_fi
     assert "| load | 2 | 800 | 0.05076 | 19.7 | — (2 points) |" in text
     assert "No `bench.json` in this folder: `make bench`" in text
     assert "No `synth.json` in this folder: `make synth`" in text
+
+
+def test_absent_sections_name_the_folder_make_must_write(results, monkeypatch):
+    """A report in another folder than ``results/`` gives the make commands
+    that write into it."""
+    whatif = results.parent / "what if"
+    results.rename(whatif)
+    monkeypatch.chdir(whatif.parent)
+    text = write_report(whatif).read_text(encoding="utf-8")
+    for line in ("`make bench RESULTS='what if'` measures",
+                 "`make synth RESULTS='what if'` synthesises",
+                 "`make prove RESULTS='what if'` writes them",
+                 "`make report RESULTS='what if'` runs `python -m sim.random_traffic`"):
+        assert line in text
+    (whatif.parent / "elsewhere").mkdir()
+    monkeypatch.chdir(whatif.parent / "elsewhere")
+    assert f"`make prove RESULTS='{whatif}'` writes" in write_report(whatif).read_text()
 
 
 def test_a_yes_or_no_row_reads_as_words(tmp_path):
@@ -397,7 +415,8 @@ def test_a_what_if_is_marked_where_its_rows_meet_the_seed(tmp_path):
 
 
 def test_a_run_line_says_why_a_row_is_missed():
-    """After a missed row the run's line names a what-if, else a known gap in
+    """A what-if's line says so; after a missed row it says the rows stand
+    against the seed's hardware; otherwise a missed row names a known gap in
     the notes; nothing when every row is met or the notes name no gap."""
     from sim.report import rows_met_text
 
@@ -411,6 +430,9 @@ def test_a_run_line_says_why_a_row_is_missed():
         "1 / 2 rows met (a known gap: the report's notes for it say why)")
     assert rows_met_text([missed], gap, True) == (
         "0 / 1 rows met (a what-if: its rows stand against the seed's hardware as built)")
+    assert rows_met_text([met], gap, True) == "1 / 1 rows met (a what-if)"
+    info = {"quantity": "q", "model": 10, "unit": "B"}
+    assert rows_met_text([info], [], True) == "1 row for information (a what-if)"
 
 
 @pytest.mark.parametrize(
@@ -653,7 +675,8 @@ def test_row_without_a_model_key_is_refused(tmp_path):
         load_results(tmp_path)
 
 
-def test_verification_section_lists_the_proofs(results):
+def test_verification_section_lists_the_proofs(results, monkeypatch):
+    monkeypatch.chdir(results.parent)
     report = write_report(results).read_text()
     assert "## Verification" in report and "`make prove` writes them" in report
     (results / "proofs.json").write_text(json.dumps({"rows": [
@@ -718,7 +741,8 @@ def test_an_output_that_is_a_folder_is_named_and_nothing_is_written(results, nam
     assert not (results / "report.md").is_file()
 
 
-def test_verification_section_lists_the_random_traffic(results):
+def test_verification_section_lists_the_random_traffic(results, monkeypatch):
+    monkeypatch.chdir(results.parent)
     report = write_report(results).read_text()
     assert "`make report` runs `python -m sim.random_traffic`, which writes them" in report
     (results / "random.json").write_text(json.dumps({"rows": [

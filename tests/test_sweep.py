@@ -576,3 +576,13 @@ def test_a_sweep_table_gives_cycle_counts_as_the_report_does(tmp_path, capsys, m
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.lstrip("│ ").startswith("8 "))
     assert [cell.strip() for cell in row.split("│")[2:4]] == ["no", "yes"], row
+
+
+def test_a_sweep_announces_its_points_the_same_way_for_simulation_and_synthesis():
+    started_line = sweep.started_line
+    assert started_line("dsm.one_way", 3, "local", 2, None) == (
+        "dsm.one_way: 3 points on local, 2 at a time")
+    assert started_line("synth.shaper", 1, "local", 2, None, "ecp5") == (
+        "synth.shaper: 1 point on ecp5, local, 1 at a time")
+    assert started_line("pcie.peer_copy", 20, "dask", 2, "tcp://127.0.0.1:8786") == (
+        "pcie.peer_copy: 20 points on dask (tcp://127.0.0.1:8786)")

@@ -751,10 +751,15 @@ def check_overrides(cfg: DsmConfig, experiment: Experiment, explicit=()):
     if placed and len(cfg.placement) not in sizes:
         raise SetByExperiment(f"placement must name as many slots as one of {name}'s cluster "
                               f"sizes ({allowed}), not {len(cfg.placement)} ({slots})")
+    if "cluster_size" in explicit and cfg.cluster_size not in sizes:
+        raise SetByExperiment(f"cluster_size must be one of {name}'s cluster sizes ({allowed}), "
+                              f"given with a placement of that many slots, or left unset, "
+                              f"not {cfg.cluster_size}")
     if "cluster_size" in explicit and not placed:
-        raise SetByExperiment(f"cluster_size must be left unset for {name}, whose series use "
-                              f"{allowed} ranks, or given with a placement of that many slots, "
-                              f"not {cfg.cluster_size} alone")
+        raise SetByExperiment(f"cluster_size must be given with a placement of "
+                              f"{cfg.cluster_size} slots for {name}, whose series place their "
+                              f"{allowed} ranks themselves, or left unset, not "
+                              f"{cfg.cluster_size} alone")
     if "payload_kib" in explicit and all(s.payload_kib for s in experiment.series):
         fixed = sorted({k for s in experiment.series for k in s.payload_kib})
         raise SetByExperiment(f"payload_kib must be left unset for {name}, which moves "

@@ -1356,7 +1356,9 @@ def _size_rows(cfg, runs, measured):
         series.append({"name": f"{path}{where}",
                        "points": [{"payload_bytes": n * cfg.register_bytes, "cycles": c}
                                   for n, c in pts], "fit": fit.to_json(),
-                       "seed_lines": [{"label": f"{fixed:g} + {seed_per_reg:g} cycles/register",
+                       "seed_lines": [{"label": f"{fixed:g} + {seed_per_reg:g} cycles/register "
+                                                f"({cfg.register_bytes / seed_per_reg:.3g} "
+                                                "B/cycle)",
                                        "alpha_cycles": fixed, "beta_cycles_per_byte":
                                        seed_per_reg / cfg.register_bytes}]})
         rows += [_ref_row(f"{path}{where}: fixed cost per message", fit.alpha_cycles,
