@@ -427,10 +427,10 @@ def progress_line(done, total, label, point, error):
 
 def started_line(label, total, engine, jobs, scheduler, target=None):
     """The line a sweep logs once its workers are up: ``"dsm.one_way: 3
-    points on local, 2 at a time"``, with ``on TARGET, ENGINE`` where the
-    sweep names a target (a synthesis sweep's device) and the scheduler's
-    address in place of ``jobs`` (at most ``total``) on a Dask cluster (``"... on dask
-    (tcp://host:8786)"``)."""
+    points on local, 2 at a time"`` (``min(jobs, total)`` at a time), with
+    ``on TARGET, ENGINE`` where the sweep names a target (a synthesis sweep's
+    device), and on a Dask cluster the scheduler's address in place of the
+    count (``"... on dask (tcp://host:8786)"``)."""
     where = f"{target}, {engine}" if target else engine
     return (f"{label}: {total} point{'s' * (total != 1)} on {where}"
             + (f" ({scheduler})" if scheduler else f", {min(jobs, total)} at a time"))
