@@ -107,3 +107,12 @@ def test_median_even_and_odd_and_empty():
     assert median([4, 1, 3, 2]) == 2.5
     with pytest.raises(ValueError, match="empty"):
         median([])
+
+
+def test_a_rise_of_one_cycle_is_a_rise_despite_rounding():
+    """Sizes one flit apart that differ by one counted cycle fit, though the
+    least squares gives a rise of 0.999... cycles."""
+    fit = fit_affine([32, 64], [100, 101])
+    assert fit.beta_cycles_per_byte == pytest.approx(1 / 32)
+    with pytest.raises(ValueError, match="under one cycle"):
+        fit_affine([32, 64], [100, 100.5])
