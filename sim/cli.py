@@ -641,11 +641,8 @@ def runs_logged(job, run_root, since):
     (seconds since the epoch), so an earlier invocation's log counts nothing.
     A part whose result is reused from the cache logs nothing."""
     done = 0
-    for folder, _ in job_run_folders(job):
-        log = Path(run_root) / folder / "sim.log"
+    for log in _logs_since(job, run_root, since):
         try:
-            if log.stat().st_mtime < since:
-                continue
             with open(log, "rb") as handle:
                 handle.seek(max(0, log.stat().st_size - 16384))
                 found = _RUN_DONE.findall(handle.read())
@@ -660,13 +657,19 @@ def simulation_started(job, run_root, since):
     """Whether a simulation of ``job`` has started since ``since`` (seconds
     since the epoch): a part's ``sim.log`` written since then.  Before that
     the experiment builds its simulator (or starts, or reuses every result)."""
+    return any(_logs_since(job, run_root, since))
+
+
+def _logs_since(job, run_root, since):
+    """The ``sim.log`` of each part of ``job`` under ``run_root`` written at or
+    after ``since`` (seconds since the epoch)."""
     for folder, _ in job_run_folders(job):
+        log = Path(run_root) / folder / "sim.log"
         try:
-            if (Path(run_root) / folder / "sim.log").stat().st_mtime >= since:
-                return True
+            if log.stat().st_mtime >= since:
+                yield log
         except OSError:
             continue
-    return False
 
 
 def job_verilog(job):

@@ -431,10 +431,8 @@ def rows_met_text(raw_rows: Sequence[Mapping[str, Any]], notes: Sequence[str] = 
     """
     rows = [_load_row(_Context(Path("<row>")), raw, "row") for raw in raw_rows]
     text = _rows_text(rows, met_sentence)
-    if what_if and all(r.passes for r in rows):
-        return text + " (a what-if)"
     if all(r.passes for r in rows):
-        return text
+        return text + (" (a what-if)" if what_if else "")
     if what_if:
         return text + " (a what-if: its rows stand against the seed's hardware as built)"
     if any(str(n).startswith("Known gap") for n in notes):
