@@ -20,7 +20,7 @@ _CUMULATIVE = (".flits", ".stalls", "inj_flits", "inj_stalls", "tx_flits")
 #: Counters read again after the data check: each SM's open reads, stores
 #: not yet acknowledged, ACKs owed and framing check must be 0, its received
 #: granules must not have grown since ``done``, every credit must be home, and the flits
-#: counted since reset must agree from stage to stage.
+#: counted since reset (the run's ``ctl_init``) must agree from stage to stage.
 _SETTLED = (".outstanding_reads", ".unacked_flits", ".owed_acks", ".rx_granules", ".frames",
             "credits_away", ".flits", ".inj_flits", ".tx_flits")
 

@@ -2,8 +2,10 @@
 
 One clock of 1 ns (the model's 1 GHz).  For every run of the plan: write the
 GPUs' and the machine's registers, start, wait for ``done`` (or the
-watchdog's ``stuck``) and read every counter; the link counters only grow, so
-a run reports their increase over the run.  From a run's ``done`` until the
+watchdog's ``stuck``) and read every counter.  The start returns the fabric
+to its reset state (``ctl_start``, :class:`~hdl.pcie.system.PcieSystem`), so
+the link, socket-link and root-port counters read at the end are the run's;
+``now`` keeps counting, so a run reports its increase.  From a run's ``done`` until the
 next run starts (or :data:`QUIET_CYCLES` after the last), the TLP, byte and
 error counters must not move: what did is the run's ``after_done``.
 :data:`SETTLE_CYCLES` after ``done`` every sender's ``credits_away``, every
@@ -19,9 +21,8 @@ from cocotb.triggers import ClockCycles
 from testbenches.common import (RegisterTB, counter_deltas, load_plan, spoils_later_runs,
                                  write_result)
 
-#: Counters that only grow; a run reports their increase over the run.
-_CUMULATIVE = (".tlps", ".payload_bytes", ".lane_bytes", ".wire_bytes", ".dllp_beats",
-               ".busy", ".host_busy", ".read_wait", "now")
+#: Counters the start does not clear; a run reports their increase over the run.
+_CUMULATIVE = ("now",)
 
 
 #: Counters that hold still from a run's ``done`` until the next run

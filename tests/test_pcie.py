@@ -859,6 +859,29 @@ def test_staged_copies_move_every_byte_through_host_memory(tmp_path):
     assert moved / budget <= ring_counters["sw0.host_busy"] <= ring_counters["cycles"]
 
 
+def test_a_run_does_not_depend_on_the_runs_before_it(tmp_path):
+    """The start returns the fabric to its reset state (arbiter pointers, Ack
+    and UpdateFC timers, SKP intervals): the same copies simulated first,
+    after pulls the other way, and after odd-sized pushes, take the same
+    cycles and move the same TLPs, bytes and DLLPs on every link.  (Before,
+    that state carried over: these runs sent a DLLP more or less, and others
+    took up to 8 cycles more or less.)"""
+    probe = pcie.copy_run(CFG, "probe", [(0, 4), (1, 2)], 1 << 14, CFG.max_payload_bytes)
+    others = [pcie.copy_run(CFG, "pulls", [(4, 0), (2, 1), (6, 7)], 3 << 12,
+                            CFG.max_read_request_bytes, mode=GpuMode.PULL),
+              pcie.copy_run(CFG, "pushes", [(5, 1), (3, 0)], 11 * 64, 64)]
+    runs = [probe]
+    for other in others:
+        runs += [other, probe]
+    stamps = ("now", "first_tx", "last_tx", "first_rx", "last_rx", "first_bad_cycle")
+    first, *later = [{k: v for k, v in counters.items() if not k.endswith(stamps)}
+                     for run, counters in zip(runs, _checked_copies(CFG, runs, tmp_path))
+                     if run is probe]
+    assert len(later) == len(others)
+    for counters in later:
+        assert {k: (v, counters[k]) for k, v in first.items() if counters[k] != v} == {}
+
+
 def test_the_read_trackers_bind_in_the_pull_ring_and_not_for_one_pair(tmp_path):
     """Pull kernels: the 8-GPU ring waits for tracker room in both directions,
     holds at most socket_read_bytes, and runs faster with the pool made large

@@ -226,3 +226,56 @@ def test_bad_module_name_and_nested_collection_are_refused():
         with pytest.raises(RuntimeError, match="already active"):
             with collect_shared_modules():
                 pass
+
+
+class Counter(wiring.Component):
+    """Counts cycles."""
+
+    def __init__(self):
+        super().__init__({"o": Out(8)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.sync += self.o.eq(self.o + 1)
+        return m
+
+
+class ClearedCounter(wiring.Component):
+    """A shared :class:`Counter` that ``i_clear`` returns to 0."""
+
+    def __init__(self):
+        super().__init__({"i_clear": In(1), "o": Out(8)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.c = c = SharedModule(Counter, "counter", resets=self.i_clear)
+        m.d.comb += self.o.eq(c.o)
+        return m
+
+
+def test_resets_clear_a_shared_module_flat_and_in_the_hierarchy():
+    dut = ClearedCounter()
+    seen = []
+
+    async def bench(ctx):
+        for cycle in range(8):
+            ctx.set(dut.i_clear, cycle == 4)
+            await ctx.tick()
+            seen.append(ctx.get(dut.o))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen == [1, 2, 3, 4, 0, 1, 2, 3]
+    top = convert_hierarchy(ClearedCounter(), "cleared")
+    top = top[:top.index("endmodule")]
+    reset = re.findall(r"\.rst\(([^)]*)\)", top)
+    assert len(reset) == 1, reset
+    assert re.search(rf"assign {re.escape(reset[0])} = \S+ \| i_clear;", top), top
+
+
+def test_resets_of_a_domain_the_block_lacks_are_refused():
+    with pytest.raises(ValueError, match=r"^resets must name domains of the block "
+                                         r"\('sync',\), not mesh$"):
+        SharedModule(Counter, "counter", resets={"mesh": Signal()})

@@ -24,7 +24,7 @@ import contextlib
 import contextvars
 from collections.abc import Iterator
 
-from amaranth.hdl import ClockSignal, Instance, Module, ResetSignal
+from amaranth.hdl import ClockSignal, Instance, Module, ResetInserter, ResetSignal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In
 
@@ -80,6 +80,14 @@ class SharedModule(wiring.Component):
         Clock domains of the block, as the block names them; each adds the
         ports ``clk``/``rst`` (``sync``) or ``<domain>_clk``/``<domain>_rst``
         (any other), as Amaranth's Verilog back end names them.
+    resets : Value or dict of str to Value, optional
+        Synchronous resets added to the block's own, as Amaranth's
+        ``ResetInserter`` takes them (a 1-bit value for ``sync``, or one per
+        domain): while one is high the block's registers of that domain take
+        their ``init`` values (memories keep their contents).  Shared, the
+        value is ORed into the instance's ``rst`` port; flat, the block is
+        wrapped in ``ResetInserter``.  Per instance: it does not change the
+        shared module.
     **kwargs
         Construction arguments; their ``repr`` must tell apart every two
         blocks that elaborate differently.
@@ -91,18 +99,25 @@ class SharedModule(wiring.Component):
     Raises
     ------
     ValueError
-        If ``module_name`` is not a Verilog identifier; at elaboration, when
-        ``module_name`` is already registered with other construction
-        arguments.
+        If ``module_name`` is not a Verilog identifier, or ``resets`` names
+        a domain not in ``domains``; at elaboration, when ``module_name`` is
+        already registered with other construction arguments.
     """
 
-    def __init__(self, cls, module_name, *, domains=("sync",), **kwargs):
+    def __init__(self, cls, module_name, *, domains=("sync",), resets=None, **kwargs):
         if not (module_name.isidentifier() and module_name.isascii()):
             self._MustUse__silence = True     # never built: nothing to warn about
             raise ValueError(f"module_name must be a Verilog identifier, not {module_name!r}")
         self._cls, self._kwargs = cls, kwargs
         self.module_name = module_name
         self.domains = tuple(domains)
+        if resets is not None and not isinstance(resets, dict):
+            resets = {"sync": resets}
+        self.resets = dict(resets or {})
+        if unknown := sorted(set(self.resets) - set(self.domains)):
+            self._MustUse__silence = True
+            raise ValueError(f"resets must name domains of the block {self.domains}, not "
+                             f"{', '.join(unknown)}")
         self.key = f"{cls.__module__}.{cls.__qualname__}({sorted(kwargs.items())!r})"
         # The first stand-in for a block builds one to learn its signature and
         # keeps it, to be elaborated in its place or converted as the shared
@@ -124,7 +139,7 @@ class SharedModule(wiring.Component):
         if modules is None:
             m = Module()
             block, self._block = self._block or self.build(), None
-            m.submodules.block = block
+            m.submodules.block = ResetInserter(self.resets)(block) if self.resets else block
             inner = dict((path, value) for path, _, value in block.signature.flatten(block))
             for path, member, value in self.signature.flatten(self):
                 if member.flow == In:
@@ -146,7 +161,10 @@ class SharedModule(wiring.Component):
         for domain in self.domains:
             prefix = "" if domain == "sync" else f"{domain}_"
             ports[f"i_{prefix}clk"] = ClockSignal(domain)
-            ports[f"i_{prefix}rst"] = ResetSignal(domain)
+            reset = ResetSignal(domain)
+            if domain in self.resets:
+                reset = reset | self.resets[domain]
+            ports[f"i_{prefix}rst"] = reset
         for path, member, value in self.signature.flatten(self):
             direction = "i" if member.flow == In else "o"
             ports[f"{direction}_{port_name(path)}"] = value

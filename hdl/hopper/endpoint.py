@@ -15,7 +15,7 @@ address, and after the timed region the endpoint checks every received word.
 
 import enum
 
-from amaranth import Array, Cat, Const, Module, Mux, Signal
+from amaranth import Array, Cat, Const, Module, Mux, ResetInserter, Signal
 from amaranth.lib import memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -229,8 +229,11 @@ class SmEndpoint(wiring.Component):
         Register write port (see :class:`StreamReg`, :class:`CheckReg`,
         :class:`GlobalReg`).
     ctl_init : In(1)
-        Pulse: clear the run state and fill shared memory (pattern in source
-        words, zero in the regions registered for checking), words 0 to
+        Pulse: clear the run state, return the SM's queues, arbiters and ACK
+        unit to their reset state (so a run does not depend on the runs
+        before it; the registers keep their values) and fill shared memory
+        (pattern in source words, zero in the regions registered for
+        checking), words 0 to
         ``FILL_WORDS - 1`` (:class:`GlobalReg`; every word when 0), one word
         per cycle.
     ctl_start : In(1)
@@ -275,7 +278,8 @@ class SmEndpoint(wiring.Component):
         Outstanding-transaction counters: reads awaiting data, written flits
         awaiting acknowledgement, acknowledgements this SM still owes.
     o_tx_flits : Out(32)
-        Flits this SM handed to its injection shaper since reset, both VCs
+        Flits this SM handed to its injection shaper since reset or the last
+        ``ctl_init``, both VCs
         (requests, data, read responses and ACKs; wraps at 2**32): at rest
         it equals the shaper's own count of the flits it sent.
     o_frames : Out(32)
@@ -391,6 +395,12 @@ class SmEndpoint(wiring.Component):
         rports = [smem.read_port() for _ in range(N_STREAMS + 1)]
 
         # --- run state ------------------------------------------------------
+        # ctl_init returns every block of the SM's datapath (arbiter pointers,
+        # queues, the ACK unit's counts and sequence number) to its reset
+        # state, so that a run's cycles do not depend on the runs before it.
+        def cleared(block):
+            return ResetInserter(self.ctl_init)(block)
+
         running = Signal()
         m.d.sync += running.eq(Mux(self.ctl_init, 0, running | self.ctl_start))
         outstanding = Signal(16)
@@ -417,7 +427,7 @@ class SmEndpoint(wiring.Component):
         stream_kinds = []
         for s in range(N_STREAMS):
             pipe = FlitPipe(flit_layout=layout, addr_bits=abits, latency=1)
-            m.submodules[f"pipe{s}"] = pipe
+            m.submodules[f"pipe{s}"] = cleared(pipe)
             pipes.append(pipe)
             rp = rports[s]
             m.d.comb += [rp.en.eq(1), pipe.i_rd_data.eq(rp.data)]
@@ -503,13 +513,14 @@ class SmEndpoint(wiring.Component):
                                          local.eq(local + 1), remote.eq(remote + 1)]
         m.d.comb += self.o_busy.eq(Cat(*delays_busy).any())
 
-        m.submodules.req_merge = req_merge = StreamMerge(layout, N_STREAMS)
+        req_merge = StreamMerge(layout, N_STREAMS)
+        m.submodules.req_merge = cleared(req_merge)
         for s, pipe in enumerate(pipes):
             wiring.connect(m, pipe.o, req_merge.i[s])
 
         # --- arrivals -----------------------------------------------------
-        m.submodules.arrivals = arrivals = VcInputBuffer(
-            flit_layout=layout, depth=cfg.link_buffer_flits)
+        arrivals = VcInputBuffer(flit_layout=layout, depth=cfg.link_buffer_flits)
+        m.submodules.arrivals = cleared(arrivals)
         if self.checks:
             # Fault.LOSE_CREDIT: the first credit pulse of the run never
             # reaches the egress port that sent the flit.
@@ -525,8 +536,8 @@ class SmEndpoint(wiring.Component):
         m.d.comb += [self.o_overflow.eq(arrivals.o_overflow),
                      self.o_occupied.eq(arrivals.o_occupied)]
         # Each queued read command carries its arrival time (SM cycles, 16 bits).
-        m.submodules.read_queue = read_queue = sync_fifo(
-            width=layout.size + 16, depth=cfg.responder_queue)
+        read_queue = sync_fifo(width=layout.size + 16, depth=cfg.responder_queue)
+        m.submodules.read_queue = cleared(read_queue)
         now = Signal(16)
         m.d.sync += now.eq(now + 1)
         rsp_in, req_in = arrivals.o[VC.RSP], arrivals.o[VC.REQ]
@@ -615,7 +626,7 @@ class SmEndpoint(wiring.Component):
 
         # --- responder: answers remote reads ---------------------------------
         resp = FlitPipe(flit_layout=layout, addr_bits=abits, latency=1)
-        m.submodules.responder = resp
+        m.submodules.responder = cleared(resp)
         rp = rports[N_STREAMS]
         m.d.comb += [rp.en.eq(1), resp.i_rd_data.eq(rp.data)]
         cmd = layout(read_queue.r_data[:layout.size])
@@ -642,7 +653,7 @@ class SmEndpoint(wiring.Component):
         # --- acknowledgements --------------------------------------------------
         ack = AckCoalescer(flit_layout=layout, n_nodes=cfg.n_slots,
                            line_words=cfg.read_response_flits)
-        m.submodules.ack = ack
+        m.submodules.ack = cleared(ack)
         m.d.comb += [
             ack.i_slot.eq(slot),
             ack.i_threshold.eq(self.i_ack_threshold),
@@ -702,7 +713,8 @@ class SmEndpoint(wiring.Component):
                 m.d.sync += bar_valid.eq(0)
         m.d.comb += [bar.src.eq(slot), bar.vc.eq(VC.RSP), bar.last.eq(1)]
 
-        m.submodules.rsp_merge = rsp_merge = StreamMerge(layout, 3)
+        rsp_merge = StreamMerge(layout, 3)
+        m.submodules.rsp_merge = cleared(rsp_merge)
         wiring.connect(m, resp.o, rsp_merge.i[0])
         wiring.connect(m, ack.o, rsp_merge.i[1])
         m.d.comb += [rsp_merge.i[2].valid.eq(bar_valid), rsp_merge.i[2].payload.eq(bar),
@@ -710,17 +722,21 @@ class SmEndpoint(wiring.Component):
         wiring.connect(m, rsp_merge.o, wiring.flipped(self.o_rsp))
         # The request VC is one FIFO in issue order: a read command waits behind
         # the write data queued before it.
-        m.submodules.req_queue = req_queue = sync_fifo(width=layout.size,
-                                                       depth=cfg.request_queue_flits)
+        req_queue = sync_fifo(width=layout.size, depth=cfg.request_queue_flits)
+        m.submodules.req_queue = cleared(req_queue)
         m.d.comb += [req_queue.w_data.eq(req_merge.o.payload),
                      req_queue.w_en.eq(req_merge.o.valid),
                      req_merge.o.ready.eq(req_queue.w_rdy),
                      self.o_req.valid.eq(req_queue.r_rdy),
                      self.o_req.payload.eq(req_queue.r_data),
                      req_queue.r_en.eq(self.o_req.ready)]
-        # every flit handed to the shaper, counted since reset
-        m.d.sync += tx_flits.eq(tx_flits + (self.o_req.valid & self.o_req.ready).as_unsigned()
-                                + (self.o_rsp.valid & self.o_rsp.ready).as_unsigned())
+        # every flit handed to the shaper, counted since reset or ctl_init
+        with m.If(self.ctl_init):
+            m.d.sync += tx_flits.eq(0)
+        with m.Else():
+            m.d.sync += tx_flits.eq(tx_flits
+                                    + (self.o_req.valid & self.o_req.ready).as_unsigned()
+                                    + (self.o_rsp.valid & self.o_rsp.ready).as_unsigned())
         m.d.comb += ack.i_idle.eq(~req_merge.o.valid & ~req_queue.r_rdy & ~resp.o.valid
                                   & ~bar_valid)
 

@@ -156,6 +156,10 @@ class Gpc(wiring.Component):
         (``gx_planes``) before anything is built.
     ctl_init, ctl_start, ctl_verify : In(1)
         One-cycle pulses: clear and fill memories, start traffic, check data.
+        ``ctl_init`` also returns the fabric (shapers, TPC arbiters, GPCARB
+        ingress and egress, GX planes, and each SM's queues, arbiters and
+        ACK unit) to its reset state, their flit counters to 0, so that a
+        run's cycles do not depend on the runs simulated before it.
     init_done : Out(1)
         Every SM finished its fill.
     done : Out(1)
@@ -203,8 +207,8 @@ class Gpc(wiring.Component):
         for s in range(cfg.n_slots):
             sm = SharedModule(SmEndpoint, "dsm_sm_endpoint", cfg=cfg, flit_layout=layout,
                               checks=self.checks)
-            shaper = SharedModule(InjectionShaper, "dsm_shaper", flit_layout=layout,
-                                  credits=depth)
+            shaper = SharedModule(InjectionShaper, "dsm_shaper", resets=self.ctl_init,
+                                  flit_layout=layout, credits=depth)
             m.d.comb += [shaper.i_flits.eq(knobs[GpcReg.SHAPER_FLITS]),
                          shaper.i_cycles.eq(knobs[GpcReg.SHAPER_CYCLES]),
                          shaper.i_response_burst.eq(knobs[GpcReg.RESPONSE_BURST]),
@@ -259,7 +263,8 @@ class Gpc(wiring.Component):
 
         # One Verilog module per kind of switch, however many instances.
         def switch(cls, module_name, **kwargs):
-            return SharedModule(cls, module_name, flit_layout=layout, depth=depth, **kwargs)
+            return SharedModule(cls, module_name, resets=self.ctl_init, flit_layout=layout,
+                                depth=depth, **kwargs)
 
         switches = []
         tpcarbs = []

@@ -27,7 +27,7 @@ events tell it.
 
 import enum
 
-from amaranth import Module, Mux, Signal
+from amaranth import Module, Mux, ResetInserter, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -100,7 +100,8 @@ class GpuEndpoint(wiring.Component):
     i_we, i_reg (3), i_data (32) : In
         Register write (:class:`GpuReg`).
     i_start : In(1)
-        Start the copy; clears the counters.
+        Start the copy; clears the counters and returns the transmitter and
+        receive buffer (arbiter pointer, queues) to their reset state.
     i_now : In(32)
         Cycle counter, for the time stamps.
     i_chunk_log2 : In(5)
@@ -207,11 +208,14 @@ class GpuEndpoint(wiring.Component):
         my_host = self._host_of(self.gpu)
         src_host = self._host_of(expect_src)
 
-        m.submodules.send = send = StreamToLink(flit_layout=layout, credits=self.tx_credits,
-                                                n_vc=N_FC)
+        # the start returns the transmitter and receive buffer to their reset
+        # state (arbiter pointer, queues), as it does the links
+        send = StreamToLink(flit_layout=layout, credits=self.tx_credits, n_vc=N_FC)
+        m.submodules.send = ResetInserter(self.i_start)(send)
         m.d.comb += self.o_credits_away.eq(send.o_credits_away)
         wiring.connect(m, send.o, wiring.flipped(self.o))
-        m.submodules.rx = rx = VcInputBuffer(flit_layout=layout, depth=self.rx_beats, n_vc=N_FC)
+        rx = VcInputBuffer(flit_layout=layout, depth=self.rx_beats, n_vc=N_FC)
+        m.submodules.rx = ResetInserter(self.i_start)(rx)
         wiring.connect(m, wiring.flipped(self.i), rx.i)
 
         # --- staged copies: the other side's progress, seen i_event_cycles late ---------

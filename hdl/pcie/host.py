@@ -12,7 +12,7 @@ bytes that have landed and not yet been overwritten by the chunk two ahead;
 the completer answers with the source's data for that address.
 """
 
-from amaranth import Array, Module, Signal
+from amaranth import Array, Module, ResetInserter, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -50,7 +50,9 @@ class HostMemory(wiring.Component):
     i : In(CreditLink(tlp_layout(cfg), 3))
         Writes and read requests from the root complex.
     i_start : In(1)
-        A new run: clears the counters and the buffers.
+        A new run: clears the counters and the buffers, and returns the
+        transmitter and receive buffer (arbiter pointer, queues) to their
+        reset state.
     i_chunk_log2 : In(5)
         log2 of ``staging_chunk_bytes``.
     o_landed : Out(32).array(n)
@@ -91,11 +93,14 @@ class HostMemory(wiring.Component):
         dp, mps = cfg.datapath_bytes, cfg.max_payload_bytes
         layout = tlp_layout(cfg)
         lo = self.socket * self.n
-        m.submodules.send = send = StreamToLink(flit_layout=layout, credits=self.tx_credits,
-                                                n_vc=N_FC)
+        # the start returns the transmitter and receive buffer to their reset
+        # state (arbiter pointer, queues), as it does the links
+        send = StreamToLink(flit_layout=layout, credits=self.tx_credits, n_vc=N_FC)
+        m.submodules.send = ResetInserter(self.i_start)(send)
         wiring.connect(m, send.o, wiring.flipped(self.o))
         m.d.comb += self.o_credits_away.eq(send.o_credits_away)
-        m.submodules.rx = rx = VcInputBuffer(flit_layout=layout, depth=self.rx_beats, n_vc=N_FC)
+        rx = VcInputBuffer(flit_layout=layout, depth=self.rx_beats, n_vc=N_FC)
+        m.submodules.rx = ResetInserter(self.i_start)(rx)
         wiring.connect(m, wiring.flipped(self.i), rx.i)
         for c in (FcClass.P, FcClass.CPL):
             m.d.comb += rx.o[c].ready.eq(1)

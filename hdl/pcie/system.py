@@ -12,7 +12,7 @@ counters through ``rd_addr`` / ``rd_data``.
 
 import enum
 
-from amaranth import Array, Cat, Module, Mux, Signal
+from amaranth import Array, Cat, Module, Mux, ResetInserter, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -173,7 +173,13 @@ class PcieSystem(wiring.Component):
         :class:`~hdl.pcie.gpu.GpuReg` of a GPU (which decodes ``reg[2:0]``, so
         registers 8 to 15 write 0 to 7); ``GLOBAL | reg`` a :class:`SysReg`.
     ctl_start : In(1)
-        Start every GPU's copy (one-cycle pulse).
+        Start every GPU's copy (one-cycle pulse).  It also returns the
+        fabric (links, switches, root complexes and ports, the socket links
+        and the GPUs' and host memories' transmitters and receive buffers)
+        to its reset state, their counters to 0, so that a run's cycles do
+        not depend on the runs simulated before it (arbiter pointers, Ack
+        and UpdateFC timers, SKP intervals).  The machine is at rest then
+        (the test bench checks it); ``now`` keeps counting.
     done : Out(1)
         Every GPU done.
     stuck : Out(1)
@@ -212,6 +218,10 @@ class PcieSystem(wiring.Component):
         now = Signal(32)
         m.d.sync += now.eq(now + 1)
         tx_depth = cfg.tx_queue_beats     # a link port's transmit queue, per class
+
+        def cleared(block):
+            """``block``, returned to its reset state by ``ctl_start``."""
+            return ResetInserter(self.ctl_start)(block)
         overflow = []
 
         # the one GPU link that trained narrower or slower, if any
@@ -220,8 +230,9 @@ class PcieSystem(wiring.Component):
                      "i_blocks_per_period": retrain[16:21], "i_skp_cycles": retrain[24:29]}
 
         def new_link(name, a_credits, b_credits, gpu=None):
-            link = SharedModule(PcieLink, f"pcie_link_{a_credits}_{b_credits}", cfg=cfg,
-                                a_credits=a_credits, b_credits=b_credits, checks=self.checks)
+            link = SharedModule(PcieLink, f"pcie_link_{a_credits}_{b_credits}",
+                                resets=self.ctl_start, cfg=cfg, a_credits=a_credits,
+                                b_credits=b_credits, checks=self.checks)
             m.submodules[name] = link
             if gpu is None:
                 m.d.comb += [getattr(link, k).eq(v) for k, v in timing.items()]
@@ -240,7 +251,7 @@ class PcieSystem(wiring.Component):
             sw = Crossbar(cfg, ports=gps + 1, out_credits=tx_depth, store_forward=True,
                           port_of=lambda dst, first=first: Mux(
                               (dst >= first) & (dst < first + gps), (dst - first)[:3], gps))
-            m.submodules[f"switch{s}"] = sw
+            m.submodules[f"switch{s}"] = cleared(sw)
             m.d.comb += sw.i_latency.eq(regs[SysReg.SWITCH_LATENCY])
             # the port of a GPU whose link trained slower stores and forwards
             m.d.comb += [sw.i_store_forward[p].eq(retrain[31] & (retrain[:5] == first + p + 1))
@@ -256,7 +267,7 @@ class PcieSystem(wiring.Component):
                           port_of=lambda dst, lo=lo, hi=hi, k=k: Mux(
                               dst == HOST_NODE + k, sps + 1,
                               Mux((dst >= lo) & (dst < hi), ((dst - lo) // gps)[:2], sps)))
-            m.submodules[f"root{k}"] = rc
+            m.submodules[f"root{k}"] = cleared(rc)
             m.d.comb += rc.i_latency.eq(regs[SysReg.SWITCH_LATENCY])
             overflow.append(rc.o_overflow)
             roots.append(rc)
@@ -299,7 +310,7 @@ class PcieSystem(wiring.Component):
         for s, sw in enumerate(switches):
             rc = roots[s // sps]
             rp = RootPort(cfg, up_credits=rc.in_credits, down_credits=tx_depth)
-            m.submodules[f"root_port{s}"] = rp
+            m.submodules[f"root_port{s}"] = cleared(rp)
             m.d.comb += rp.i_host_bytes_per_cycle.eq(regs[SysReg.HOST_BYTES])
             link = new_link(f"sw{s}_link", sw.in_credits, RootPort.link_credits)
             links[f"sw{s}"] = link
@@ -317,7 +328,7 @@ class PcieSystem(wiring.Component):
                          tracker.i_clear.eq(self.ctl_start)]
             for a, b in ((0, 1), (1, 0)):
                 sl = SocketLink(cfg, in_credits=tx_depth, out_credits=roots[b].in_credits)
-                m.submodules[f"socket{a}{b}"] = sl
+                m.submodules[f"socket{a}{b}"] = cleared(sl)
                 m.d.comb += [sl.i_bytes_per_cycle.eq(regs[SysReg.SOCKET_BYTES]),
                              sl.i_tlp_overhead_bytes.eq(regs[SysReg.SOCKET_OVERHEAD]),
                              sl.i_latency.eq(regs[SysReg.SOCKET_LATENCY]),
