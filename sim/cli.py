@@ -581,6 +581,27 @@ def _split_sets(fabrics, items):
             for f in fabrics}
 
 
+def none_left(skipped):
+    """The refusal of a run whose every experiment was skipped: ``skipped``
+    holds ``(experiment, FieldSetByExperiment, items)`` for each.  One
+    experiment's is its own; several name which field each refused, grouped
+    (``pcie.peer_copy and pcie.kernel_push refuse staging_chunk_bytes,
+    pcie.host_staged refuses pageable_chunk_bytes``), rather than the first
+    one's reason alone."""
+    if len(skipped) == 1:
+        return skipped[0][1]
+    refused = {}
+    for experiment, error, items in skipped:
+        fields = [i.partition("=")[0] for i in items]
+        field = next((f for f in fields if str(error).startswith(f)), "a field set")
+        refused.setdefault(field, []).append(experiment)
+    said = ", ".join(
+        f"{' and '.join(names) if len(names) < 3 else ', '.join(names[:-1]) + ' and ' + names[-1]}"
+        f" refuse{'s' * (len(names) == 1)} {field}" for field, names in refused.items())
+    return FieldSetByExperiment(f"the fields set must leave at least one experiment to run, "
+                                f"not none: {said} (run one alone to see why)")
+
+
 def plan_job(fabric, name, items=()):
     """Plan experiment ``fabric.name`` under the ``FIELD=VALUE`` strings ``items``:
     parse the configuration, build every run's register writes.  Nothing is
@@ -1060,12 +1081,12 @@ def _cmd_run(args):
             if f"{fabric}.{name}" in named:
                 raise error from None
             if isinstance(error, FieldSetByExperiment):
-                skipped.append(error)
+                skipped.append((f"{fabric}.{name}", error, sets[fabric]))
                 continue
             # run as part of a whole fabric: say which experiment refused it
             raise UsageError(f"{fabric}.{name}: {error}") from None
     if not jobs:
-        raise skipped[0]
+        raise none_left(skipped)
     # ... and so does a folder the results or the builds cannot be written to.
     results_dir = Path(args.results)
     for job in jobs:
@@ -1081,7 +1102,7 @@ def _cmd_run(args):
                                for f in dict.fromkeys(j.fabric for j in jobs)),
                              (Path(args.build), "--build"))
     # said once the request is accepted, so that a refusal stays one line
-    for error in skipped:
+    for _, error, _ in skipped:
         console.log(f"skipped: {escape(str(error))}")
     log_config_tables(console, args.config, from_file, sets, "run")
     from sim.runner import fst_headers_missing

@@ -421,7 +421,7 @@ def main(argv=None):
     parser.add_argument("--seeds", type=int, default=2, metavar="N",
                         help="run seeds 1 to N (default 2)")
     parser.add_argument("--seed", type=int, action="append", default=[], metavar="S",
-                        help="run seed S (repeatable; overrides --seeds)")
+                        help="run seed S (repeatable, each seed once; overrides --seeds)")
     parser.add_argument("--sim", default=None,
                         help="verilator (the default, or $FABRICSIM_SIM, which make's SIM "
                              "sets) or icarus")
@@ -464,7 +464,8 @@ def _run_and_write(args):
 
     from sim.cli import progress_shown, waited_text, wide_console
 
-    seeds = args.seed or list(range(1, args.seeds + 1))
+    # a seed given twice draws the same runs: it runs once, as a fabric named twice does
+    seeds = list(dict.fromkeys(args.seed)) or list(range(1, args.seeds + 1))
     console = wide_console()
     fabrics = list(dict.fromkeys(args.fabrics or FABRICS))
     options = dict(sim=args.sim, small=args.small, build_root=Path(args.build), cache=True,
@@ -488,8 +489,13 @@ def _run_and_write(args):
                 futures = [workers.submit(run_seeds, fabric, seeds, **options)
                            for fabric in fabrics]
                 rows = [future.result() for future in futures]
-    table = Table(title=f"random traffic, seeds {seeds[0]}..{seeds[-1]}" if len(seeds) > 1
-                  else f"random traffic, seed {seeds[0]}")
+    if len(seeds) == 1:
+        named = f"seed {seeds[0]}"
+    elif seeds == list(range(seeds[0], seeds[0] + len(seeds))):
+        named = f"seeds {seeds[0]}..{seeds[-1]}"
+    else:
+        named = f"seeds {', '.join(map(str, seeds))}"
+    table = Table(title=f"random traffic, {named}")
     for column in ("fabric", "simulator", "runs", "transfers", "bytes checked", "result"):
         table.add_column(column, justify="left" if column in ("fabric", "simulator")
                          else "right")

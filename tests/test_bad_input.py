@@ -93,6 +93,12 @@ CASES = [
                                              "retrained_lanes=4"],
      "retrained_lanes must be left unset for pcie.link_faults, whose scenarios set it "
      "themselves, not 4"),
+    ("pcie-no-experiment-takes-both-chunks", ["run", "pcie", "--set", "staging_chunk_bytes=4096",
+                                              "--set", "pageable_chunk_bytes=4096"],
+     "the fields set must leave at least one experiment to run, not none: pcie.peer_copy, "
+     "pcie.kernel_push, pcie.kernel_pull, pcie.pageable_copy and pcie.link_faults refuse "
+     "staging_chunk_bytes, pcie.host_staged refuses pageable_chunk_bytes (run one alone to "
+     "see why)"),
     ("pcie-size-the-experiment-does-not-use", ["run", "pcie.host_staged", "--set",
                                                "pageable_chunk_bytes=4096"],
      "pageable_chunk_bytes must be left unset for pcie.host_staged, which does not use it "
@@ -185,11 +191,13 @@ CASES = [
                           "--set", "shaper_cycles=3"],
      "shaper_flits must be at most shaper_cycles (3), not 4"),
     ("dsm-clock-text", ["run", "dsm.one_way", "--set", "sm_clock_ghz=fast"],
-     "sm_clock_ghz must be a clock in GHz between 0 and 10, as a decimal number, not 'fast'"),
+     "sm_clock_ghz must be a clock in GHz from 0.1 to 10, as a decimal number, not 'fast'"),
     ("dsm-clock-hex", ["run", "dsm.one_way", "--set", "sm_clock_ghz=0x1"],
-     "sm_clock_ghz must be a clock in GHz between 0 and 10, as a decimal number, not '0x1'"),
+     "sm_clock_ghz must be a clock in GHz from 0.1 to 10, as a decimal number, not '0x1'"),
     ("dsm-clock-range", ["run", "dsm.one_way", "--set", "sm_clock_ghz=-1"],
-     "sm_clock_ghz must be a clock in GHz between 0 and 10"),
+     "sm_clock_ghz must be a clock in GHz from 0.1 to 10"),
+    ("dsm-clock-tiny", ["run", "dsm.one_way", "--set", "sm_clock_ghz=5e-324"],
+     "sm_clock_ghz must be a clock in GHz from 0.1 to 10, not 5e-324"),
     # --- ET-SoC-1 mesh (seed 002) --------------------------------------------------
     ("mesh-size", ["run", "mesh.round_trip", "--set", "mesh_cols=0"],
      "mesh_cols must be an integer from 1 to 16, not 0"),

@@ -43,8 +43,6 @@ CFG = PcieConfig()
                                      "to 33554432"),
     ("pageable_chunk_bytes", 1 << 11, "pageable_chunk_bytes must be a power of two from "
                                       "4096"),
-    ("host_event_cycles", 10000, "host_event_cycles must be at most 9949 with watchdog_cycles "
-                                 "20000"),
     ("watchdog_cycles", 100, "watchdog_cycles must be an integer from 101 to 1073741824, not 100"),
     ("socket_read_bytes", 64, r"socket_read_bytes must be at least kernel_read_bytes \(128\)"),
     ("read_completion_boundary_bytes", 256, "read_completion_boundary_bytes must be one of 64, "
@@ -54,6 +52,24 @@ CFG = PcieConfig()
 def test_bad_configuration_names_the_field(field, value, message):
     with pytest.raises(ValueError, match=message):
         PcieConfig(**{field: value})
+
+
+def test_only_a_staged_copy_holds_host_event_cycles_below_the_watchdog():
+    """A staged copy waits up to twice host_event_cycles with nothing moving,
+    so the watchdog must outlast that; a copy of another mode ignores
+    host_event_cycles, and takes any watchdog_cycles from 101."""
+    cfg = dataclasses.replace(CFG, watchdog_cycles=500)
+    for mode, tlp in ((GpuMode.PUSH, cfg.max_payload_bytes),
+                      (GpuMode.PULL, cfg.max_read_request_bytes)):
+        pcie.copy_run(cfg, "copy", [(0, 1)], 4096, tlp, mode=mode)
+    with pytest.raises(ValueError, match=r"^host_event_cycles must be at most 199 with "
+                                         r"watchdog_cycles 500 \(2 x host_event_cycles \+ 100 "
+                                         r"below it\): a staged copy waits up to twice as long "
+                                         r"for an event with nothing moving, not 1000$"):
+        pcie.copy_run(cfg, "staged", [(0, 1)], 2 * cfg.staging_chunk_bytes,
+                      cfg.max_read_request_bytes, mode=GpuMode.STAGED)
+    pcie.copy_run(dataclasses.replace(cfg, host_event_cycles=199), "staged", [(0, 1)],
+                  2 * cfg.staging_chunk_bytes, cfg.max_read_request_bytes, mode=GpuMode.STAGED)
 
 
 @pytest.mark.parametrize("fields,message", [

@@ -75,6 +75,24 @@ def test_main_rejects_bad_arguments(tmp_path, capsys):
     assert not (tmp_path / "random.json").exists()
 
 
+def test_a_seed_given_twice_runs_once(tmp_path, monkeypatch, capsys):
+    """``--seed 3 --seed 3 --seed 1`` simulates seeds 3 and 1, once each, and
+    the table names them as given (not as a range)."""
+    asked = []
+
+    def fake(fabric, seeds, **kw):
+        asked.append(list(seeds))
+        return {"fabric": fabric, "simulator": kw["sim"], "seeds": list(seeds), "runs": 0,
+                "transfers": 0, "checked_bytes": 0, "failures": []}
+
+    monkeypatch.setattr(random_traffic, "run_seeds", fake)
+    assert random_traffic.main(["dsm", "--seed", "3", "--seed", "3", "--seed", "1",
+                                "--jobs", "1", "--results", str(tmp_path),
+                                "--build", str(tmp_path / "build")]) == 0
+    assert asked == [[3, 1]]
+    assert "random traffic, seeds 3, 1" in capsys.readouterr().out
+
+
 def test_a_failing_run_names_its_seed_and_the_command_to_rerun_it(tmp_path, monkeypatch):
     real = random_traffic.trial
 

@@ -187,7 +187,7 @@ class DsmConfig(ConfigBase):
                                  for kib in self.payload_kib}) >= 2,
              f"at least two sizes that differ in flits of flit_bytes ({self.flit_bytes} B)")
         need("sm_clock_ghz", isinstance(self.sm_clock_ghz, (int, float))
-             and 0 < self.sm_clock_ghz < 10, "a clock in GHz between 0 and 10")
+             and 0.1 <= self.sm_clock_ghz <= 10, "a clock in GHz from 0.1 to 10")
         need("data_seed", isinstance(self.data_seed, int) and 0 <= self.data_seed < 512,
              "an integer from 0 to 511")
 

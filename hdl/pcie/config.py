@@ -273,10 +273,6 @@ class PcieConfig(ConfigBase):
                  "chunks stays under 256 MiB)")
         integer("watchdog_cycles", 101, 1 << 30)
         integer("host_event_cycles", 0, 1 << 20)
-        need("host_event_cycles", self.host_event_cycles * 2 + 100 < self.watchdog_cycles,
-             f"at most {(self.watchdog_cycles - 101) // 2} with watchdog_cycles "
-             f"{self.watchdog_cycles} (2 x host_event_cycles + 100 below it): a staged copy "
-             "waits up to twice as long for an event with nothing moving")
         one_of("max_read_request_bytes", (128, 256, 512, 1024, 2048, 4096))
         need("max_read_request_bytes", self.max_read_request_bytes >= self.datapath_bytes,
              f"at least datapath_bytes ({self.datapath_bytes})")

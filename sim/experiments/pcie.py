@@ -93,8 +93,10 @@ def copy_run(cfg, label, pairs, nbytes, tlp_bytes, meta=None, mode=GpuMode.PUSH)
     ------
     ValueError
         If a pair names a GPU that does not exist, a GPU paired with itself, a
-        GPU that sends or receives twice, or sizes the GPU cannot do; the
-        message names the field and the allowed values.
+        GPU that sends or receives twice, or sizes the GPU cannot do, or, for
+        a staged copy, if ``host_event_cycles`` leaves the watchdog no room
+        (twice it plus 100 must stay below ``watchdog_cycles``); the message
+        names the field and the allowed values.
     """
     if not (isinstance(mode, int) and not isinstance(mode, bool)
             and mode in set(GpuMode)):
@@ -136,6 +138,13 @@ def copy_run(cfg, label, pairs, nbytes, tlp_bytes, meta=None, mode=GpuMode.PUSH)
         raise ValueError(f"bytes must be a positive multiple of {unit}"
                          f"{' (staging_chunk_bytes)' if staged else ''} below "
                          f"2**{limit.bit_length() - 1}, not {nbytes!r}")
+    if staged and cfg.host_event_cycles * 2 + 100 >= cfg.watchdog_cycles:
+        # only a staged copy waits for the host's events (a copy of another
+        # mode ignores host_event_cycles, so any watchdog_cycles will do)
+        raise ValueError(f"host_event_cycles must be at most {(cfg.watchdog_cycles - 101) // 2} "
+                         f"with watchdog_cycles {cfg.watchdog_cycles} (2 x host_event_cycles + "
+                         "100 below it): a staged copy waits up to twice as long for an event "
+                         f"with nothing moving, not {cfg.host_event_cycles}")
     writes = [(GLOBAL | reg, value) for reg, value in system_registers(cfg).items()]
     expect = {g: 0 for g in range(cfg.gpus)}
     for _, dst in pairs:
