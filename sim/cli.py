@@ -587,19 +587,25 @@ def none_left(skipped):
     experiment's is its own; several name which field each refused, grouped
     (``pcie.peer_copy and pcie.kernel_push refuse staging_chunk_bytes,
     pcie.host_staged refuses pageable_chunk_bytes``), rather than the first
-    one's reason alone."""
+    one's reason alone, and the ``--config`` file and table when every
+    refusal names them (:func:`sim.config_file.refused_with_file`)."""
     if len(skipped) == 1:
         return skipped[0][1]
-    refused = {}
+    refused, files = {}, set()
     for experiment, error, items in skipped:
-        fields = [i.partition("=")[0] for i in items]
-        field = next((f for f in fields if str(error).startswith(f)), "a field set")
-        refused.setdefault(field, []).append(experiment)
+        text = str(error)
+        file = re.match(r"--config .*?: \[\w+\] ", text)
+        files.add(file.group(0) if file else "")
+        # the field the message names first
+        found = [(m.start(), f) for f in (i.partition("=")[0] for i in items)
+                 if (m := re.search(rf"(?<!\w){re.escape(f)}(?!\w)", text))]
+        refused.setdefault(min(found)[1] if found else "a field set", []).append(experiment)
     said = ", ".join(
         f"{' and '.join(names) if len(names) < 3 else ', '.join(names[:-1]) + ' and ' + names[-1]}"
         f" refuse{'s' * (len(names) == 1)} {field}" for field, names in refused.items())
-    return FieldSetByExperiment(f"the fields set must leave at least one experiment to run, "
-                                f"not none: {said} (run one alone to see why)")
+    return FieldSetByExperiment(f"{files.pop() if len(files) == 1 else ''}the fields set must "
+                                f"leave at least one experiment to run, not none: {said} (run "
+                                f"one alone to see why)")
 
 
 def plan_job(fabric, name, items=()):

@@ -56,8 +56,10 @@ def write_result(result):
 def spoils_later_runs(ended, counters):
     """Whether a run leaves the fabric unfit for the plan's later runs: it did
     not end ``"done"`` (stuck, or out of time), or it set the sticky
-    ``overflow`` flag (a credit protocol broken), which every later run would
-    report again.  The testbenches stop after such a run."""
+    ``overflow`` flag (a credit protocol broken: the mesh's stays set for
+    every later run; the DSM's and the PCIe machine's run start clears it,
+    but flits may have been lost or left behind).  The testbenches stop
+    after such a run."""
     return ended != "done" or bool(counters["overflow"])
 
 

@@ -14,7 +14,8 @@ import cocotb
 from testbenches.common import (RegisterTB, counter_deltas, load_plan, spoils_later_runs,
                                  write_result)
 
-#: Counters that only grow; a run reports their increase over the run.
+#: Counters that only grow from the run's ``ctl_init``, which clears them; read
+#: before and after the timed region, a run reports their increase.
 _CUMULATIVE = (".flits", ".stalls", "inj_flits", "inj_stalls", "tx_flits")
 
 #: Counters read again after the data check: each SM's open reads, stores

@@ -377,6 +377,13 @@ def test_a_bad_config_file_is_refused_before_anything_is_built(tmp_path, capsys,
                  "[dsm]\nshaper_flits = 0\n",
                  "{path}: [dsm] shaper_flits must be a positive integer, not 0",
                  id="both-wrong"),
+    # every experiment of a fabric refuses one of the file's fields
+    pytest.param(["run", "pcie"], "[pcie]\nstaging_chunk_bytes = 4096\n"
+                 "pageable_chunk_bytes = 4096\n",
+                 "{path}: [pcie] the fields set must leave at least one experiment to run, not "
+                 "none: pcie.peer_copy, pcie.kernel_push, pcie.kernel_pull, pcie.pageable_copy "
+                 "and pcie.link_faults refuse staging_chunk_bytes, pcie.host_staged refuses "
+                 "pageable_chunk_bytes (run one alone to see why)", id="no-experiment-left"),
     pytest.param(["sweep", "synth.shaper", "--grid", "flit_bytes=16,32"],
                  "[dsm]\ncluster_size = 4\n",
                  "{path}: [dsm] synth.shaper takes only structural fields of dsm",

@@ -877,25 +877,37 @@ def test_staged_copies_move_every_byte_through_host_memory(tmp_path):
 
 def test_a_run_does_not_depend_on_the_runs_before_it(tmp_path):
     """The start returns the fabric to its reset state (arbiter pointers, Ack
-    and UpdateFC timers, SKP intervals): the same copies simulated first,
-    after pulls the other way, and after odd-sized pushes, take the same
-    cycles and move the same TLPs, bytes and DLLPs on every link.  (Before,
-    that state carried over: these runs sent a DLLP more or less, and others
-    took up to 8 cycles more or less.)"""
-    probe = pcie.copy_run(CFG, "probe", [(0, 4), (1, 2)], 1 << 14, CFG.max_payload_bytes)
-    others = [pcie.copy_run(CFG, "pulls", [(4, 0), (2, 1), (6, 7)], 3 << 12,
+    and UpdateFC timers, SKP intervals, the socket read trackers' turn): the
+    same pushes, and the same pulls that wait for tracker room, simulated
+    first, after pulls one way or the other across the socket link, and
+    after odd-sized pushes, take the same cycles and move the same TLPs,
+    bytes and DLLPs on every link.  (Before, that state carried over: these
+    runs sent a DLLP more or less, and the pulls took 2 cycles more after
+    reads from socket 1 alone.)"""
+    probes = [pcie.copy_run(CFG, "push probe", [(0, 4), (1, 2)], 1 << 14,
+                            CFG.max_payload_bytes),
+              pcie.copy_run(CFG, "pull probe", [(0, 4), (1, 5), (6, 2)], 3 << 12,
+                            CFG.kernel_read_bytes, mode=GpuMode.PULL)]
+    others = [pcie.copy_run(CFG, "pull 4 to 0", [(4, 0)], 3 << 12, CFG.kernel_read_bytes,
+                            mode=GpuMode.PULL),
+              pcie.copy_run(CFG, "pull 0 to 4", [(0, 4)], 3 << 12, CFG.kernel_read_bytes,
+                            mode=GpuMode.PULL),
+              pcie.copy_run(CFG, "pulls", [(4, 0), (2, 1), (6, 7)], 3 << 12,
                             CFG.max_read_request_bytes, mode=GpuMode.PULL),
               pcie.copy_run(CFG, "pushes", [(5, 1), (3, 0)], 11 * 64, 64)]
-    runs = [probe]
+    runs = list(probes)
     for other in others:
-        runs += [other, probe]
+        runs += [other, *probes]
     stamps = ("now", "first_tx", "last_tx", "first_rx", "last_rx", "first_bad_cycle")
-    first, *later = [{k: v for k, v in counters.items() if not k.endswith(stamps)}
-                     for run, counters in zip(runs, _checked_copies(CFG, runs, tmp_path))
-                     if run is probe]
-    assert len(later) == len(others)
-    for counters in later:
-        assert {k: (v, counters[k]) for k, v in first.items() if counters[k] != v} == {}
+    got = _checked_copies(CFG, runs, tmp_path)
+    for probe in probes:
+        first, *later = [{k: v for k, v in counters.items() if not k.endswith(stamps)}
+                         for run, counters in zip(runs, got) if run is probe]
+        assert len(later) == len(others)
+        for counters in later:
+            assert {k: (v, counters[k]) for k, v in first.items() if counters[k] != v} == {}
+        # the pulls wait for tracker room (the runs after compare the waits too)
+        assert probe["mode"] != GpuMode.PULL or first["socket01.read_wait"] > 0
 
 
 def test_the_read_trackers_bind_in_the_pull_ring_and_not_for_one_pair(tmp_path):

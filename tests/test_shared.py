@@ -275,7 +275,9 @@ def test_resets_clear_a_shared_module_flat_and_in_the_hierarchy():
     assert re.search(rf"assign {re.escape(reset[0])} = \S+ \| i_clear;", top), top
 
 
-def test_resets_of_a_domain_the_block_lacks_are_refused():
+def test_resets_of_a_domain_the_block_lacks_or_wider_than_a_bit_are_refused():
     with pytest.raises(ValueError, match=r"^resets must name domains of the block "
                                          r"\('sync',\), not mesh$"):
         SharedModule(Counter, "counter", resets={"mesh": Signal()})
+    with pytest.raises(ValueError, match=r"^resets must be 1-bit values, not 2 bits for sync$"):
+        SharedModule(Counter, "counter", resets=Signal(2))

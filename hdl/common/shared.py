@@ -24,7 +24,7 @@ import contextlib
 import contextvars
 from collections.abc import Iterator
 
-from amaranth.hdl import ClockSignal, Instance, Module, ResetInserter, ResetSignal
+from amaranth.hdl import ClockSignal, Instance, Module, ResetInserter, ResetSignal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In
 
@@ -100,7 +100,8 @@ class SharedModule(wiring.Component):
     ------
     ValueError
         If ``module_name`` is not a Verilog identifier, or ``resets`` names
-        a domain not in ``domains``; at elaboration, when ``module_name`` is
+        a domain not in ``domains`` or holds a value wider than 1 bit; at
+        elaboration, when ``module_name`` is
         already registered with other construction arguments.
     """
 
@@ -113,11 +114,16 @@ class SharedModule(wiring.Component):
         self.domains = tuple(domains)
         if resets is not None and not isinstance(resets, dict):
             resets = {"sync": resets}
-        self.resets = dict(resets or {})
+        self.resets = {domain: Value.cast(value) for domain, value in (resets or {}).items()}
         if unknown := sorted(set(self.resets) - set(self.domains)):
             self._MustUse__silence = True
             raise ValueError(f"resets must name domains of the block {self.domains}, not "
                              f"{', '.join(unknown)}")
+        # ResetInserter resets on a value of 1, an ORed rst port on bit 0
+        if wide := [d for d, value in self.resets.items() if len(value) != 1]:
+            self._MustUse__silence = True
+            raise ValueError(f"resets must be 1-bit values, not {len(self.resets[wide[0]])} "
+                             f"bits for {wide[0]}")
         self.key = f"{cls.__module__}.{cls.__qualname__}({sorted(kwargs.items())!r})"
         # The first stand-in for a block builds one to learn its signature and
         # keeps it, to be elaborated in its place or converted as the shared

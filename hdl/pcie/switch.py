@@ -333,7 +333,10 @@ class SocketReadTracker(wiring.Component):
         (round robin); the other sees the room less what the read waiting in
         the first direction asks for, if that read fits.
     i_clear : In(1)
-        Start a new run: forget the peak.
+        Start a new run: forget the peak and give the first turn to the
+        reads from socket 0 (which direction claims the shared room first
+        alternates with each read sent), so that a run does not depend on the
+        runs before it.
     o_peak : Out(17)
         The most bytes either root complex held at once since ``i_clear``.
     o_held : Out(17)
@@ -357,7 +360,9 @@ class SocketReadTracker(wiring.Component):
         room = Mux(self.i_bytes > most, self.i_bytes - most, 0)
         m.d.comb += self.o_held.eq(most)
         turn = Signal()
-        with m.If(Mux(turn, self.i_read_sent[1], self.i_read_sent[0]) != 0):
+        with m.If(self.i_clear):
+            m.d.sync += turn.eq(0)      # each run starts with direction 0's turn
+        with m.Elif(Mux(turn, self.i_read_sent[1], self.i_read_sent[0]) != 0):
             m.d.sync += turn.eq(~turn)
         for d in range(2):
             # direction d claims first on its turn; otherwise it sees the room

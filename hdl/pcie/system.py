@@ -175,10 +175,11 @@ class PcieSystem(wiring.Component):
     ctl_start : In(1)
         Start every GPU's copy (one-cycle pulse).  It also returns the
         fabric (links, switches, root complexes and ports, the socket links
-        and the GPUs' and host memories' transmitters and receive buffers)
-        to its reset state, their counters to 0, so that a run's cycles do
-        not depend on the runs simulated before it (arbiter pointers, Ack
-        and UpdateFC timers, SKP intervals).  The machine is at rest then
+        and their read trackers' turn, and the GPUs' and host memories'
+        transmitters and receive buffers) to its reset state, their counters
+        to 0, so that a run's cycles do not depend on the runs simulated
+        before it (arbiter pointers, Ack and UpdateFC timers, SKP
+        intervals).  The machine is at rest then
         (the test bench checks it); ``now`` keeps counting.
     done : Out(1)
         Every GPU done.
