@@ -101,8 +101,8 @@ class SharedModule(wiring.Component):
     ValueError
         If ``module_name`` is not a Verilog identifier, or ``resets`` names
         a domain not in ``domains`` or holds a value wider than 1 bit; at
-        elaboration, when ``module_name`` is
-        already registered with other construction arguments.
+        elaboration, when ``module_name`` is already registered with other
+        construction arguments.
     """
 
     def __init__(self, cls, module_name, *, domains=("sync",), resets=None, **kwargs):

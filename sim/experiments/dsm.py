@@ -252,8 +252,8 @@ _STAGES = ((None, "SM shapers"), ("tpcarb", "TPC arbiters"), ("ig", "GPCARB ingr
 
 def flits_conserved(cfg, settled):
     """Problems found comparing the flit counters read at rest, all counted
-    since reset, which the run's ``ctl_init`` is (so they must agree exactly,
-    modulo their 2**32 wrap): the
+    from the run's ``ctl_init``, which resets them (so they must agree
+    exactly, modulo their 2**32 wrap): the
     flits each SM handed its shaper (``tx_flits``) against those
     the shaper sent (``inj_flits``), each SM's shaper against its TPC
     arbiter output, and the flits
