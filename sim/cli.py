@@ -601,8 +601,8 @@ def none_left(skipped):
                  if (m := re.search(rf"(?<!\w){re.escape(f)}(?!\w)", text))]
         refused.setdefault(min(found)[1] if found else "a field set", []).append(experiment)
     said = ", ".join(
-        f"{' and '.join(names) if len(names) < 3 else ', '.join(names[:-1]) + ' and ' + names[-1]}"
-        f" refuse{'s' * (len(names) == 1)} {field}" for field, names in refused.items())
+        f"{', '.join(names[:-1]) + ' and ' if names[:-1] else ''}{names[-1]} "
+        f"refuse{'s' * (len(names) == 1)} {field}" for field, names in refused.items())
     return FieldSetByExperiment(f"{files.pop() if len(files) == 1 else ''}the fields set must "
                                 f"leave at least one experiment to run, not none: {said} (run "
                                 f"one alone to see why)")
