@@ -118,18 +118,20 @@ class PcieConfig(ConfigBase):
                                            "calibrated on the cross-socket copy-engine (18.5 "
                                            "GB/s, 128 B writes) and push-kernel (12.5 GB/s, "
                                            "64 B writes) rows")
-    socket_tlp_overhead_bytes: int = _run(118, f"{SEED}: link time per peer-to-peer TLP on "
+    socket_tlp_overhead_bytes: int = _run(121, f"{SEED}: link time per peer-to-peer TLP on "
                                                "the socket link on top of its payload, bytes "
                                                "(calibrated with socket_bytes_per_cycle: a "
-                                               "128 B write then takes 7 cycles, a 64 B write 5)")
+                                               "128 B write then takes 249 / 36 = 6.92 "
+                                               "cycles, 18.5 GB/s; a 64 B write 5.14, 12.45 "
+                                               "GB/s)")
     socket_latency_cycles: int = _run(50, "socket link latency, ns (not in the seed)")
-    socket_return_bytes: int = _run(12, f"{SEED}: link time each peer-to-peer TLP costs "
+    socket_return_bytes: int = _run(15, f"{SEED}: link time each peer-to-peer TLP costs "
                                         "the socket link's other direction, bytes (its "
                                         "link-layer acknowledgement and credit return). "
                                         "Not in the seed: set on '3.2.3 ... Cross socket, "
-                                        "8-GPU ring ... 17.4', where the link carries "
-                                        "peer-to-peer writes both ways (16 B gives 17.1 "
-                                        "GB/s, 0 B 18.3)")
+                                        "8-GPU ring ... 17.4 ... 17.5', where the link "
+                                        "carries peer-to-peer writes both ways (15 B gives "
+                                        "17.46 GB/s, 16 B 17.39, 12 B 17.86)")
     socket_read_bytes: int = _run(13312, f"{SEED}: bytes of peer-to-peer read each root "
                                          "complex may have outstanding across the socket "
                                          "link, reads sent and received together (its read "
@@ -137,7 +139,7 @@ class PcieConfig(ConfigBase):
                                          "sized on the one row it binds, '3.2.4 ... Cross "
                                          "socket, 8-GPU ring 22, 21, 22, 11' (pull), where "
                                          "each root complex carries one pull each way "
-                                         "(12 KiB gives 10.0 GB/s, 13.5 KiB 11.3)")
+                                         "(12 KiB gives 10.1 GB/s, 13.5 KiB 11.3)")
     # --- host memory and copies staged through it (seed 001, "3.2.2 Optimization 1:
     #     double-buffered streaming through the CPU") ------------------------------
     root_host_bytes_per_cycle: int = _run(41, f"{SEED}: bytes per ns a root port moves "

@@ -60,14 +60,21 @@ def _byte_budget(m, budget, charge, busy):
     """Time owed on a resource that pays ``budget`` bytes per cycle: each cycle
     ``charge`` (a 16-bit Signal the caller drives) joins what is owed and
     ``budget`` is paid off; ``busy`` counts the cycles anything was owed.
-    Returns whether less than one cycle's budget is owed (a new charge may
-    start) and the bytes owed (16 bits)."""
+    Returns whether less than two cycles' budget is owed (a new charge may
+    start) and the bytes owed (16 bits).
+
+    The second cycle is a cycle's queue ahead of the resource: a charge
+    smaller than a cycle's budget (a 32 B beat on a 36 B/ns socket link)
+    joins what the last one left, so the resource idles only when nothing
+    waits, and a TLP's time is its bytes over ``budget`` whatever the beat
+    width.  With one cycle the part of a cycle a beat leaves was lost: a
+    128 B write took 7 cycles with 32 B beats and 6.83 with 64 B beats."""
     debt = Signal(16)
     left = debt + charge
     m.d.sync += debt.eq(Mux(left > budget, left - budget, 0))
     with m.If(left != 0):
         m.d.sync += busy.eq(busy + 1)
-    return debt < budget, debt
+    return debt < budget * 2, debt
 
 
 class Crossbar(wiring.Component):

@@ -581,17 +581,17 @@ _MECHANISM = (
     "queued before it (PCIe allows that only with Relaxed Ordering); no copy here depends "
     "on that order.",
     "Cross-socket pairs cross the socket link, whose peer-to-peer bandwidth "
-    "(socket_bytes_per_cycle) and per-TLP cost (socket_tlp_overhead_bytes) were "
-    "calibrated on the single cross-socket rows of the copy engine (128 B writes: 7 cycles "
-    "each, 18.3 GB/s) and the push kernel (64 B writes: 5 cycles, 12.6 GB/s); the two-pair "
+    "(socket_bytes_per_cycle) and per-TLP cost (socket_tlp_overhead_bytes) were calibrated "
+    "on the single cross-socket rows of the copy engine (128 B writes: 6.92 cycles each, "
+    "18.5 GB/s) and the push kernel (64 B writes: 5.14 cycles, 12.45 GB/s); the two-pair "
     "rows are predictions. Why the 8-GPU ring's cross-socket copies lose a few per cent "
     "against one pair (seed: 17.4 against 18.5 GB/s with the copy engine, 12 against 12.5 "
     "with the push kernel): only there does the socket link carry peer-to-peer traffic both "
-    "ways, and each peer-to-peer TLP costs the other direction socket_return_bytes (12 B) "
-    "of link time for its link-layer acknowledgement and credit return. That cost is not "
-    "in the seed: it was set on the copy-engine ring row (0 B gives 18.3, 8 B 18.0, 16 B 17.1 "
-    "GB/s); the push-kernel ring row, which loses 7.8 % in the model against the seed's "
-    "4 %, is its check.",
+    "ways, and each peer-to-peer TLP costs the other direction socket_return_bytes (15 B) "
+    "of link time for its link-layer acknowledgement and credit return. That cost is not in "
+    "the seed: it was set on the copy-engine ring row (15 B gives 17.46 GB/s, 16 B 17.39); "
+    "the push-kernel ring row, which loses 7.5 % in the model against the seed's 4 %, is "
+    "its check.",
     "The seed's RTX 4090 machine has no peer access, so it has no rows here.")
 
 #: The note on the RTX 4090 rows of the experiments through host memory.
