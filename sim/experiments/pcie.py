@@ -760,7 +760,13 @@ EXPERIMENTS = {e.name: e for e in (
                       "one leaves of that link. GPU 0's switch port stores and forwards each "
                       "TLP, as a PCIe switch does from a port slower than the one it forwards "
                       "to; cutting through, a TLP from the slow link would hold the switch's "
-                      "upstream port while it trickled in, and slow the healthy pair too.",
+                      "upstream port while it trickled in, and slow the healthy pair too. "
+                      "A slow destination is another matter: with GPU 4's link at x4 "
+                      "(peer_copy with retrained_gpu=4, retrained_lanes=4) the healthy pair "
+                      "[1,5] moves at [0,4]'s 6.29 GB/s. At each input on their common "
+                      "path, down to the far switch, both pairs' writes share one posted "
+                      "queue (and its one pool of posted credits), so each write waiting "
+                      "for GPU 4's link holds the write to GPU 5 behind it.",
                       "The fitted fixed costs (α) differ by several ns from fault to fault, "
                       "and not in the order of the link speeds: x8 and Gen3 have the same "
                       "symbol rate, slopes within 0.1 % and elapsed times within 8 cycles "
