@@ -131,7 +131,7 @@ class PcieConfig(ConfigBase):
                                         "Not in the seed: set on '3.2.3 ... Cross socket, "
                                         "8-GPU ring ... 17.4 ... 17.5', where the link "
                                         "carries peer-to-peer writes both ways (15 B gives "
-                                        "17.46 GB/s, 16 B 17.39, 12 B 17.86)")
+                                        "17.45 GB/s, 16 B 17.39)")
     socket_read_bytes: int = _run(13312, f"{SEED}: bytes of peer-to-peer read each root "
                                          "complex may have outstanding across the socket "
                                          "link, reads sent and received together (its read "

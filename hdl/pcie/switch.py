@@ -63,12 +63,14 @@ def _byte_budget(m, budget, charge, busy):
     Returns whether less than two cycles' budget is owed (a new charge may
     start) and the bytes owed (16 bits).
 
-    The second cycle is a cycle's queue ahead of the resource: a charge
-    smaller than a cycle's budget (a 32 B beat on a 36 B/ns socket link)
-    joins what the last one left, so the resource idles only when nothing
-    waits, and a TLP's time is its bytes over ``budget`` whatever the beat
-    width.  With one cycle the part of a cycle a beat leaves was lost: a
-    128 B write took 7 cycles with 32 B beats and 6.83 with 64 B beats."""
+    Allowing two cycles' worth gives the resource a queue of one cycle: a
+    charge smaller than a cycle's budget (a 32 B beat on a 36 B/ns socket
+    link) is paid in the same cycle as what the last charge left, so while
+    the charges keep up with ``budget`` a TLP takes its bytes over
+    ``budget`` whatever the beat width.  Letting a charge start only below
+    one cycle's budget lost the part of a cycle a 32 B beat left unused: a
+    128 B peer-to-peer write took 7 cycles on the socket link where its
+    249 B need 6.92."""
     debt = Signal(16)
     left = debt + charge
     m.d.sync += debt.eq(Mux(left > budget, left - budget, 0))
@@ -400,8 +402,8 @@ class RootPort(wiring.Component):
     staged copy within one socket runs slower than across two; "3.2.1" offers,
     as the author's hypothesis, that "scheduling the D2H and H2D halves within
     one socket contends for the same CPU resources more heavily").  A
-    host-memory TLP with data starts only while the port owes less than one
-    cycle's budget, and then owes its payload bytes.  Peer-to-peer TLPs pass
+    host-memory TLP with data starts only while the port owes less than two
+    cycles' budget, and then owes its payload bytes.  Peer-to-peer TLPs pass
     without cost.
 
     Parameters

@@ -589,7 +589,7 @@ _MECHANISM = (
     "with the push kernel): only there does the socket link carry peer-to-peer traffic both "
     "ways, and each peer-to-peer TLP costs the other direction socket_return_bytes (15 B) "
     "of link time for its link-layer acknowledgement and credit return. That cost is not in "
-    "the seed: it was set on the copy-engine ring row (15 B gives 17.46 GB/s, 16 B 17.39); "
+    "the seed: it was set on the copy-engine ring row (15 B gives 17.45 GB/s, 16 B 17.39); "
     "the push-kernel ring row, which loses 7.5 % in the model against the seed's 4 %, is "
     "its check.",
     "The seed's RTX 4090 machine has no peer access, so it has no rows here.")
@@ -735,9 +735,9 @@ EXPERIMENTS = {e.name: e for e in (
                       "and socket10.read_wait). The seed leaves the drop unexplained; the "
                       "pool's size is not in it and was set on this row, so the ring's "
                       "two cross-socket rows are a fit, not a prediction (12 KiB gives "
-                      "10.0 GB/s, 13.5 KiB 11.3). Without the pool the link alone gives "
-                      "11.9: each direction carries one pair's completions, the other's "
-                      "read requests and the returns of both (13.0 without the "
+                      "10.1 GB/s, 13.5 KiB 11.3). Without the pool the link alone gives "
+                      "11.52: each direction carries one pair's completions, the other's "
+                      "read requests and the returns of both (12.45 without the "
                       "returns).") + _MECHANISM),
     Experiment("host_staged", "Peer access off: double-buffered streaming through host memory",
                GpuMode.STAGED, "max_read_request_bytes", notes=_STAGED),
