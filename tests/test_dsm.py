@@ -71,12 +71,6 @@ KNOWN_GAPS = {
     ("ring", "ring16 B/SM-cycle within the seed's 0.72 % of 4 x 32 / 6"):
         "each SM of a ring returns one ACK per 40 flits, 2.4 % of its injection, as in B's "
         "TMA; the seed's ring loses under 0.72 % while its B TMA loses 4.5 %",
-    ("ring", "ring8 B/SM-cycle"):
-        "every run starts from the fabric's reset state (arbiter pointers at 0, the ACK units' "
-        "route interleave at its first lane): the 8-SM ring gives 20.650, 3.05 % below 21.3; "
-        "with the state earlier runs left it gave 20.68 to 20.79",
-    ("ring", "ring16 B/SM-cycle"):
-        "as the 8-SM ring: from the reset state the 16-SM ring gives 20.657, 3.02 % below 21.3",
     ("bidirectional", "load loss per direction, one way to both ways"):
         "A's load (19.44) lies 2.1 % below the seed's 19.87 while B's is on it, so the "
         "loss is 21.0 % against 22 to 23 %",
