@@ -84,12 +84,14 @@ class DsmConfig(ConfigBase):
                                        "directions (29.26 B/cycle)")
     responder_queue: int = _hw(16, f"{SEED}: read commands queued at the target SM (depth "
                                    "inferred)")
-    link_buffer_flits: int = _hw(10, f"{SEED}: per-hop credit depth is not disclosed. The "
-                                     "seed's TMA rings scale linearly from 2 to 16 SMs; at 8 "
-                                     "and 16 SMs the lanes run full, and 10 per VC is the "
-                                     "least depth past which a deeper one gains them nothing "
-                                     "(16-SM ring 20.657, 20.681, 20.717 B/SM-cycle at 8, 9, "
-                                     "10; 20.713 to 20.718 at 11, 12, 16, 32)")
+    link_buffer_flits: int = _hw(10, f"{SEED}: per-hop credit depth is not disclosed; set on "
+                                     "D's TMA rings, which the seed has scaling linearly from "
+                                     "2 to 16 SMs. At 8 and 16 SMs the lanes run full; 10 per "
+                                     "VC is where the 16-SM ring stops gaining (20.657, "
+                                     "20.681, 20.717 B/SM-cycle at 8, 9, 10; 20.713 to 20.718 "
+                                     "at 11, 12, 16, 32) and past which the 8-SM ring gains "
+                                     "at most 0.05 % (20.650, 20.686, 20.699; 20.703 to "
+                                     "20.709)")
     smem_bytes: int = _hw(200 * 1024, f"{SEED}: 'Each CTA allocates 200 KiB of dynamic shared memory'")
     watchdog_cycles: int = _hw(20000, "no progress for this many SM cycles ends a run "
                                                 "as stuck (a model setting, not in the seed)")

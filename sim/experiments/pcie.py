@@ -765,7 +765,7 @@ EXPERIMENTS = {e.name: e for e in (
                       "(peer_copy with retrained_gpu=4, retrained_lanes=4) the healthy pair "
                       "[1,5] moves at [0,4]'s 6.29 GB/s. At each input on their common "
                       "path, down to the far switch, both pairs' writes share one posted "
-                      "queue (and its one pool of posted credits), so each write waiting "
+                      "queue (and the posted flow-control credits for it), so each write waiting "
                       "for GPU 4's link holds the write to GPU 5 behind it.",
                       "The fitted fixed costs (α) differ by several ns from fault to fault, "
                       "and not in the order of the link speeds: x8 and Gen3 have the same "
